@@ -1,0 +1,1 @@
+"""Interoperation with other frameworks' weight layouts (Hugging Face BERT)."""

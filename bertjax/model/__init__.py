@@ -1,0 +1,1 @@
+"""The encoder, its configuration and the heads built on it."""
