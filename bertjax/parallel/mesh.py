@@ -1,0 +1,48 @@
+"""The device mesh: (data, fsdp, tensor) axes from per-axis sizes.
+
+This is the only module that asks JAX which devices exist; everything else receives a Mesh.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax
+from jax.sharding import AxisType, Mesh
+
+from bertjax.errors import UserError
+
+AXES = ("data", "fsdp", "tensor")
+
+
+def resolve_axis_sizes(sizes: Sequence[int], device_count: int) -> tuple[int, ...]:
+    """Fills in the one -1 (if any) and checks that the sizes use exactly `device_count` devices."""
+    named = ", ".join(f"{axis}={size}" for axis, size in zip(AXES, sizes))
+    if any(size == 0 or size < -1 for size in sizes):
+        raise UserError(f"mesh sizes must be positive or -1, got {named}")
+    free = [i for i, size in enumerate(sizes) if size == -1]
+    if len(free) > 1:
+        raise UserError(f"at most one mesh size may be -1, got {named}")
+    fixed = math.prod(size for size in sizes if size != -1)
+    resolved = list(sizes)
+    if free:
+        if device_count % fixed:
+            raise UserError(f"mesh {named}: the fixed sizes multiply to {fixed}, which does not "
+                            f"divide the {device_count} devices")
+        resolved[free[0]] = device_count // fixed
+    if math.prod(resolved) != device_count:
+        raise UserError(f"mesh {named} needs {math.prod(resolved)} devices but there are "
+                        f"{device_count}")
+    return tuple(resolved)
+
+
+def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:
+    """A (data, fsdp, tensor) mesh over `devices` (default: all of them, across every host).
+
+    Axes are Auto (not Explicit, this JAX's make_mesh default) so that NamedSharding on jit
+    arguments plus logical sharding constraints drive the partitioner, GSPMD style.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    shape = resolve_axis_sizes((data, fsdp, tensor), len(devices))
+    return jax.make_mesh(shape, AXES, axis_types=(AxisType.Auto,) * len(AXES), devices=devices)

@@ -1,0 +1,104 @@
+"""Logical axis names -> mesh axes: one rules table, parameter and batch shardings.
+
+Model code names the dimensions of its parameters and activations ("embed", "mlp", "batch", ...);
+the RULES table below maps those names to the (data, fsdp, tensor) mesh axes. Flax resolves a
+spec left to right in RULES order and never uses a mesh axis twice in one spec, so "batch" is
+listed before "embed": an activation ("batch", "length", "embed") shards its batch over
+(data, fsdp) and leaves "embed" whole, while a parameter ("vocab", "embed") has no batch dimension
+and gets fsdp on "embed" (FSDP / ZeRO-3 style) and tensor on "vocab".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator, Mapping, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from bertjax.errors import UserError
+
+LogicalRules = Sequence[tuple[str, Any]]
+
+BATCH_AXES = ("data", "fsdp")
+
+RULES: LogicalRules = (
+    ("batch", BATCH_AXES),
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("mlp", "tensor"),
+    ("embed", "fsdp"),
+    ("kv", None),
+    ("length", None),
+    ("norm", None),
+    ("layers", None),
+)
+
+
+@contextlib.contextmanager
+def axis_rules(mesh: Mesh, rules: LogicalRules = RULES) -> Iterator[None]:
+    """Makes the model's logical sharding constraints take effect while it is traced.
+
+    Flax applies `with_logical_constraint` only when an (abstract) mesh is set; the abstract mesh
+    may be entered inside `jax.jit` tracing, unlike `jax.set_mesh`.
+    """
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+        yield
+
+
+def _divisible_spec(spec: PartitionSpec, shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
+    # A dimension the mesh axes do not divide (e.g. BERT's 30,522-token vocabulary over 4 tensor
+    # shards) is kept whole rather than failing: uneven parameter shards are not allowed.
+    axes = []
+    for dim, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        names = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        shards = math.prod(mesh.shape[name] for name in names)
+        axes.append(entry if shards > 1 and dim % shards == 0 else None)
+    return PartitionSpec(*axes)
+
+
+def param_shardings(abstract_boxed_variables: Any, mesh: Mesh,
+                    rules: LogicalRules = RULES) -> Any:
+    """NamedShardings for a tree of (possibly) `nn.LogicallyPartitioned` values.
+
+    The result matches the UNBOXED tree (`nn.meta.unbox`); leaves without logical names are
+    replicated.
+    """
+    logical_specs = nn.get_partition_spec(abstract_boxed_variables)
+    mesh_specs = nn.logical_to_mesh(logical_specs, rules)
+    shapes = nn.meta.unbox(abstract_boxed_variables)
+    return jax.tree.map(
+        lambda spec, leaf: NamedSharding(mesh, _divisible_spec(spec, leaf.shape, mesh)),
+        mesh_specs, shapes, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (example) axis split over data x fsdp; the rest whole."""
+    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def batch_shards(mesh: Mesh) -> int:
+    """How many pieces the global batch is split into (its size must be a multiple)."""
+    return math.prod(mesh.shape[name] for name in BATCH_AXES)
+
+
+def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+    """Builds global arrays from this process's rows; every process passes only its own slice."""
+    sharding = batch_sharding(mesh)
+    rows = {key: np.shape(value)[0] for key, value in local_batch.items()}
+    if len(set(rows.values())) > 1:
+        raise UserError(f"batch fields have different numbers of rows: {rows}")
+    local_rows = next(iter(rows.values()), 0)
+    global_rows = local_rows * jax.process_count()
+    if global_rows % batch_shards(mesh):
+        raise UserError(f"global batch size {global_rows} is not divisible by the "
+                        f"{batch_shards(mesh)} data x fsdp shards of the mesh")
+    return {key: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+            for key, value in local_batch.items()}

@@ -1,0 +1,1 @@
+"""Objectives, optimizer, sharded train state and the jitted train/eval step."""

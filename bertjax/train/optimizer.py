@@ -1,0 +1,178 @@
+"""Learning-rate schedules and the AdamW / LAMB optimizers, with BERT's decay mask and clipping."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bertjax.errors import UserError
+
+OPTIMIZERS = ("adamw", "lamb")
+DECAYS = ("linear", "cosine", "constant")
+
+# BERT excluded "LayerNorm", "layer_norm" and "bias" from weight decay by variable name. In Flax
+# a LayerNorm owns only "scale" and "bias", so the leaf names alone cover it; the module-name
+# pattern also catches norms with other leaf names.
+NO_DECAY_LEAVES = ("bias", "scale")
+NO_DECAY_MODULE = re.compile(r"layer_?norm|(^|_)ln(_|\d|$)|(^|_)norm(_|\d|$)", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    name: str = "adamw"
+    learning_rate: float = 1e-4  # peak
+    warmup_steps: int = 10_000
+    total_steps: int = 1_000_000
+    decay: str = "linear"
+    end_learning_rate: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-6
+    weight_decay: float = 0.01
+    # AdamW only: the original BERT AdamWeightDecayOptimizer had no bias correction; fine-tuning
+    # wants it. LAMB always bias-corrects, as in its paper and optax.lamb.
+    bias_correction: bool = False
+    clip_norm: float = 1.0  # global-norm clipping; 0 disables
+
+    def __post_init__(self):
+        if self.name not in OPTIMIZERS:
+            raise UserError(f"optimizer.name must be one of {', '.join(OPTIMIZERS)}, "
+                            f"got {self.name!r}")
+        if self.decay not in DECAYS:
+            raise UserError(f"optimizer.decay must be one of {', '.join(DECAYS)}, "
+                            f"got {self.decay!r}")
+        if not self.learning_rate > 0:
+            raise UserError(f"optimizer.learning_rate must be positive, got {self.learning_rate}")
+        if not 0 <= self.end_learning_rate <= self.learning_rate:
+            raise UserError(f"optimizer.end_learning_rate must be in [0, learning_rate "
+                            f"{self.learning_rate}], got {self.end_learning_rate}")
+        if self.total_steps <= 0:
+            raise UserError(f"optimizer.total_steps must be positive, got {self.total_steps}")
+        if not 0 <= self.warmup_steps <= self.total_steps:
+            raise UserError(f"optimizer.warmup_steps must be in [0, total_steps "
+                            f"{self.total_steps}], got {self.warmup_steps}")
+        for name in ("b1", "b2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise UserError(f"optimizer.{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("eps", "weight_decay", "clip_norm"):
+            if getattr(self, name) < 0:
+                raise UserError(f"optimizer.{name} must be >= 0, got {getattr(self, name)}")
+
+
+def make_schedule(config: OptimizerConfig) -> optax.Schedule:
+    """Linear warmup from 0 to the peak, then decay to `end_learning_rate` at `total_steps`.
+
+    Unlike google-research/bert (whose linear decay starts at step 0 and is overridden during
+    warmup, so it peaks slightly below `learning_rate`), the decay starts at the peak.
+    """
+    peak, end = config.learning_rate, config.end_learning_rate
+    decay_steps = max(config.total_steps - config.warmup_steps, 1)
+    if config.decay == "linear":
+        decay = optax.linear_schedule(peak, end, decay_steps)
+    elif config.decay == "cosine":
+        decay = optax.cosine_decay_schedule(peak, decay_steps, alpha=end / peak)
+    else:
+        decay = optax.constant_schedule(peak)
+    if config.warmup_steps == 0:
+        return decay
+    warmup = optax.linear_schedule(0.0, peak, config.warmup_steps)
+    return optax.join_schedules([warmup, decay], [config.warmup_steps])
+
+
+def _path_names(path) -> list[str]:
+    return [str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+            for key in path]
+
+
+def decay_mask(params: Any) -> Any:
+    """True for parameters that get weight decay: kernels and embeddings, not norms or biases."""
+
+    def decays(path, _) -> bool:
+        names = _path_names(path)
+        if names and names[-1] in NO_DECAY_LEAVES:
+            return False
+        return not any(NO_DECAY_MODULE.search(name) for name in names[:-1])
+
+    return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def scale_by_adam_without_bias_correction(b1: float, b2: float,
+                                          eps: float) -> optax.GradientTransformation:
+    """m / (sqrt(v) + eps) with raw moments, as BERT's AdamWeightDecayOptimizer.
+
+    optax.scale_by_adam always bias-corrects. The state is optax's ScaleByAdamState, so the
+    optimizer state has the same layout with or without correction.
+    """
+
+    def init_fn(params):
+        return optax.ScaleByAdamState(count=jnp.zeros([], jnp.int32),
+                                      mu=optax.tree.zeros_like(params),
+                                      nu=optax.tree.zeros_like(params))
+
+    def update_fn(updates, state, params=None):
+        del params
+        mu = optax.tree.update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree.update_moment_per_elem_norm(updates, state.nu, b2, 2)
+        updates = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+        count = optax.safe_increment(state.count)
+        return updates, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+class LearningRateState(NamedTuple):
+    count: jax.Array
+    learning_rate: jax.Array  # the rate the latest update applied (0 before the first)
+
+
+def scale_by_recorded_schedule(schedule: optax.Schedule) -> optax.GradientTransformation:
+    """optax.scale_by_learning_rate(schedule) that also keeps the rate it applied in its state,
+    so the train step can report it without knowing the schedule."""
+
+    def init_fn(params):
+        del params
+        return LearningRateState(count=jnp.zeros([], jnp.int32),
+                                 learning_rate=jnp.zeros([], jnp.float32))
+
+    def update_fn(updates, state, params=None):
+        del params
+        rate = schedule(state.count)
+        updates = jax.tree.map(lambda g: jnp.array(-rate, dtype=g.dtype) * g, updates)
+        return updates, LearningRateState(count=optax.safe_increment(state.count),
+                                          learning_rate=jnp.asarray(rate, jnp.float32))
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
+def applied_learning_rate(opt_state: Any) -> jax.Array:
+    """The learning rate of the latest update, read from a `make_optimizer` state."""
+    found = [leaf for leaf in jax.tree.leaves(
+        opt_state, is_leaf=lambda x: isinstance(x, LearningRateState))
+        if isinstance(leaf, LearningRateState)]
+    if len(found) != 1:
+        raise ValueError(f"expected one LearningRateState in the optimizer state, "
+                         f"found {len(found)}: build the optimizer with make_optimizer")
+    return found[0].learning_rate
+
+
+def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
+    """Clip by global norm, then AdamW or LAMB with decoupled, masked weight decay.
+
+    The chains mirror optax.adamw / optax.lamb: LAMB is optax.lamb, and AdamW with bias
+    correction is optax.adamw.
+    """
+    if config.bias_correction or config.name == "lamb":
+        moments = optax.scale_by_adam(b1=config.b1, b2=config.b2, eps=config.eps)
+    else:
+        moments = scale_by_adam_without_bias_correction(config.b1, config.b2, config.eps)
+    parts = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm > 0 else []
+    parts += [moments, optax.add_decayed_weights(config.weight_decay, mask=decay_mask)]
+    if config.name == "lamb":
+        parts.append(optax.scale_by_trust_ratio())
+    parts.append(scale_by_recorded_schedule(make_schedule(config)))
+    return optax.chain(*parts)

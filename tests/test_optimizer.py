@@ -1,0 +1,178 @@
+"""Schedules, BERT's AdamWeightDecayOptimizer (numpy reference), optax equivalence, decay mask."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bertjax.errors import UserError
+from bertjax.train.optimizer import (OptimizerConfig, applied_learning_rate, decay_mask,
+                                     make_optimizer, make_schedule)
+
+
+def _params():
+    rng = np.random.default_rng(0)
+    return {
+        "embeddings": {"word": {"embedding": rng.normal(size=(6, 4)).astype(np.float32)},
+                       "LayerNorm_0": {"scale": np.ones(4, np.float32),
+                                       "bias": np.zeros(4, np.float32)}},
+        "layer": {"mlp": {"kernel": rng.normal(size=(4, 3)).astype(np.float32),
+                          "bias": rng.normal(size=(3,)).astype(np.float32)},
+                  "output_norm": {"scale": rng.normal(size=(3,)).astype(np.float32)}},
+    }
+
+
+def _grads(step):
+    rng = np.random.default_rng(100 + step)
+    return jax.tree.map(lambda p: (rng.normal(size=p.shape) * (step + 1)).astype(np.float32),
+                        _params())
+
+
+def _run(optimizer, steps, grads_fn=_grads, rates=None):
+    params = jax.tree.map(jnp.asarray, _params())
+    state = optimizer.init(params)
+    update = jax.jit(optimizer.update)
+    for step in range(steps):
+        updates, state = update(jax.tree.map(jnp.asarray, grads_fn(step)), state, params)
+        params = optax.apply_updates(params, updates)
+        if rates is not None:
+            rates.append(float(applied_learning_rate(state)))
+    return params
+
+
+def test_schedule_values_at_key_steps():
+    config = OptimizerConfig(learning_rate=1e-3, warmup_steps=100, total_steps=1100,
+                             end_learning_rate=1e-5)
+    lr = make_schedule(config)
+    assert float(lr(0)) == 0.0
+    assert float(lr(50)) == pytest.approx(5e-4)
+    assert float(lr(100)) == pytest.approx(1e-3)
+    assert float(lr(600)) == pytest.approx((1e-3 + 1e-5) / 2)
+    assert float(lr(1100)) == pytest.approx(1e-5)
+    assert float(lr(5000)) == pytest.approx(1e-5)
+    cosine = make_schedule(dataclasses.replace(config, decay="cosine"))
+    assert float(cosine(100)) == pytest.approx(1e-3)
+    assert float(cosine(600)) == pytest.approx((1e-3 + 1e-5) / 2, rel=1e-5)
+    assert float(cosine(1100)) == pytest.approx(1e-5)
+    constant = make_schedule(dataclasses.replace(config, decay="constant", warmup_steps=0))
+    assert float(constant(0)) == float(constant(999)) == pytest.approx(1e-3)
+
+
+def _bert_reference(config, steps):
+    """google-research/bert optimization.py (AdamWeightDecayOptimizer + clip_by_global_norm)."""
+    params = _params()
+    m = jax.tree.map(np.zeros_like, params)
+    v = jax.tree.map(np.zeros_like, params)
+    flat_mask = jax.tree.leaves(decay_mask(params))
+    for step in range(steps):
+        if step < config.warmup_steps:
+            lr = config.learning_rate * step / config.warmup_steps
+        else:
+            frac = (step - config.warmup_steps) / (config.total_steps - config.warmup_steps)
+            lr = config.learning_rate + frac * (config.end_learning_rate - config.learning_rate)
+        grads = _grads(step)
+        norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in jax.tree.leaves(grads)))
+        grads = jax.tree.map(lambda g: g * config.clip_norm / max(norm, config.clip_norm), grads)
+        leaves, tree = jax.tree.flatten(params)
+        new = []
+        for i, (p, g, mi, vi) in enumerate(zip(leaves, jax.tree.leaves(grads),
+                                               jax.tree.leaves(m), jax.tree.leaves(v))):
+            mi[...] = config.b1 * mi + (1 - config.b1) * g
+            vi[...] = config.b2 * vi + (1 - config.b2) * g * g
+            update = mi / (np.sqrt(vi) + config.eps)
+            if flat_mask[i]:
+                update = update + config.weight_decay * p
+            new.append(p - lr * update)
+        params = jax.tree.unflatten(tree, new)
+    return params
+
+
+def test_adamw_without_bias_correction_matches_bert_numpy_reference():
+    config = OptimizerConfig(learning_rate=1e-2, warmup_steps=2, total_steps=10,
+                             weight_decay=0.1, eps=1e-6, clip_norm=1.0)
+    rates = []
+    got = _run(make_optimizer(config), steps=5, rates=rates)
+    want = _bert_reference(config, steps=5)
+    np.testing.assert_allclose(rates, [0.0, 5e-3, 1e-2, 1e-2 * 7 / 8, 1e-2 * 6 / 8], rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=1e-6), got, want)
+    # The reference really differs from the bias-corrected optimizer (the test can fail).
+    corrected = _run(make_optimizer(dataclasses.replace(config, bias_correction=True)), 5)
+    assert not np.allclose(corrected["layer"]["mlp"]["kernel"], want["layer"]["mlp"]["kernel"],
+                           rtol=1e-3)
+
+
+@pytest.mark.parametrize("name, bias_correction, reference", [
+    ("adamw", True, optax.adamw),
+    ("lamb", False, optax.lamb),  # LAMB always bias-corrects
+])
+def test_bias_corrected_equals_optax(name, bias_correction, reference):
+    config = OptimizerConfig(name=name, learning_rate=1e-2, warmup_steps=2, total_steps=10,
+                             weight_decay=0.1, bias_correction=bias_correction, clip_norm=0.0)
+    got = _run(make_optimizer(config), steps=4)
+    want = _run(reference(make_schedule(config), b1=config.b1, b2=config.b2, eps=config.eps,
+                          weight_decay=config.weight_decay, mask=decay_mask), steps=4)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, want)
+
+
+def test_decay_mask_selects_kernels_and_embeddings():
+    mask = decay_mask(_params())
+    assert mask["embeddings"]["word"]["embedding"] and mask["layer"]["mlp"]["kernel"]
+    assert not mask["embeddings"]["LayerNorm_0"]["scale"]
+    assert not mask["embeddings"]["LayerNorm_0"]["bias"]
+    assert not mask["layer"]["mlp"]["bias"]
+    assert not mask["layer"]["output_norm"]["scale"]
+
+
+@pytest.mark.parametrize("name", ["adamw", "lamb"])
+def test_zero_grads_only_decay_masked_params(name):
+    config = OptimizerConfig(name=name, learning_rate=1e-2, warmup_steps=0, total_steps=10,
+                             weight_decay=0.5)
+    zeros = lambda step: jax.tree.map(np.zeros_like, _params())  # noqa: E731
+    got = _run(make_optimizer(config), steps=3, grads_fn=zeros)
+    start = _params()
+    mask = decay_mask(start)
+    for (path, new), old, decays in zip(jax.tree_util.tree_leaves_with_path(got),
+                                        jax.tree.leaves(start), jax.tree.leaves(mask)):
+        if decays:
+            assert np.all(np.abs(new) < np.abs(old)), path  # shrunk towards zero
+        else:
+            np.testing.assert_array_equal(new, old, err_msg=str(path))
+
+
+def test_clipping_scales_gradients_before_the_moments():
+    params = {"w": jnp.zeros(3)}
+    grads = {"w": jnp.array([30.0, 40.0, 0.0])}  # global norm 50
+    config = OptimizerConfig(learning_rate=1.0, warmup_steps=0, b1=0.5, weight_decay=0.0,
+                             clip_norm=1.0)
+
+    def first_moment(optimizer):
+        _, state = optimizer.update(grads, optimizer.init(params), params)
+        (adam_state,) = [s for s in state if isinstance(s, optax.ScaleByAdamState)]
+        return np.asarray(adam_state.mu["w"])
+
+    np.testing.assert_allclose(first_moment(make_optimizer(config)), [0.3, 0.4, 0.0], rtol=1e-6)
+    unclipped = make_optimizer(dataclasses.replace(config, clip_norm=0.0))
+    np.testing.assert_allclose(first_moment(unclipped), [15.0, 20.0, 0.0], rtol=1e-6)
+    # Below the threshold clipping leaves gradients alone.
+    generous = make_optimizer(dataclasses.replace(config, clip_norm=100.0))
+    np.testing.assert_allclose(first_moment(generous), [15.0, 20.0, 0.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(name="sgd"), "optimizer.name"),
+    (dict(decay="step"), "optimizer.decay"),
+    (dict(learning_rate=0.0), "learning_rate"),
+    (dict(end_learning_rate=1.0), "end_learning_rate"),
+    (dict(warmup_steps=20, total_steps=10), "warmup_steps"),
+    (dict(total_steps=0, warmup_steps=0), "total_steps"),
+    (dict(b1=1.0), "b1"),
+    (dict(b2=-0.1), "b2"),
+    (dict(weight_decay=-1.0), "weight_decay"),
+    (dict(clip_norm=-1.0), "clip_norm"),
+])
+def test_bad_configs_raise_user_error(changes, message):
+    with pytest.raises(UserError, match=message):
+        OptimizerConfig(**changes)
