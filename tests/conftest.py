@@ -29,3 +29,30 @@ def minilm_dir() -> str:
 def wikipedia_dump_path() -> str:
     """107 English Wikipedia articles as a bz2 MediaWiki XML dump (from gensim's test data)."""
     return packaged.fetch(packaged.WIKIPEDIA_SAMPLE)
+
+
+@pytest.fixture(scope="session")
+def demo_articles() -> list[list[str]]:
+    """The real Wikipedia demo corpus as documents (lists of sentences)."""
+    from bertjax.data.demo_corpus import demo_corpus_path
+
+    with open(demo_corpus_path(), encoding="utf-8") as f:
+        return [d.split("\n") for d in f.read().strip().split("\n\n")]
+
+
+@pytest.fixture(scope="session")
+def small_corpus_dir(tmp_path_factory, demo_articles) -> str:
+    """40 real Wikipedia articles prepared with a 1,000-token WordPiece vocabulary trained on them.
+
+    Shared by the tests that train: small enough to prepare in seconds, real enough to learn from.
+    """
+    from bertjax.data import prepare
+    from bertjax.data.tokenizer import train_wordpiece
+
+    root = tmp_path_factory.mktemp("small_corpus")
+    text = root / "wiki40.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in demo_articles[:40]) + "\n", encoding="utf-8")
+    tokenizer = train_wordpiece((s for d in demo_articles[:40] for s in d), vocab_size=1000)
+    output = str(root / "prepared")
+    prepare.prepare([str(text)], "sentences", output, tokenizer, workers=1, progress=False)
+    return output

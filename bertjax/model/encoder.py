@@ -130,10 +130,15 @@ class Embeddings(nn.Module):
             raise UserError(f"sequence length {length} exceeds model.max_position_embeddings "
                             f"{self.config.max_position_embeddings}")
         f32 = jnp.float32
+        # Gather the fsdp-sharded hidden dimension before the lookups (as FSDP does for every
+        # weight); a gather from a table sharded on its columns makes XLA rematerialize it whole.
+        words = nn.with_logical_constraint(self.word_embeddings, ("vocab", None))
+        types = nn.with_logical_constraint(self.token_type_embeddings, (None, None))
+        positions = nn.with_logical_constraint(self.position_embeddings, (None, None))
         # Summed in fp32 and in Hugging Face's order, (word + type) + position.
-        x = (jnp.take(self.word_embeddings, input_ids, axis=0).astype(f32)
-             + jnp.take(self.token_type_embeddings, segment_ids, axis=0).astype(f32))
-        x = x + self.position_embeddings[None, :length].astype(f32)
+        x = (jnp.take(words, input_ids, axis=0).astype(f32)
+             + jnp.take(types, segment_ids, axis=0).astype(f32))
+        x = x + positions[None, :length].astype(f32)
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
         return nn.with_logical_constraint(x.astype(self.config.dtype), HIDDEN_AXES)
 

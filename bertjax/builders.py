@@ -1,0 +1,162 @@
+"""Config in, typed objects out: the one place that reads a pretraining ConfigDict.
+
+Everything below this layer takes dataclasses and plain values, so the library can be used without
+ml_collections, and a bad config is refused here, by key name, before any work starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import ml_collections
+
+from bertjax.errors import UserError
+from bertjax.model.config import EncoderConfig, preset
+
+OBJECTIVES = {
+    # name: (next-sentence prediction, span boundary objective, example mode)
+    "bert": (True, False, "nsp"),
+    "roberta": (False, False, "full_sentences"),
+    "spanbert": (False, True, "full_sentences"),
+}
+DEMO_INPUT = "demo:wikipedia"
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    name: str
+    nsp: bool
+    sbo: bool
+    mode: str
+
+
+def objective(config: ml_collections.ConfigDict) -> Objective:
+    name = config.objective
+    if name not in OBJECTIVES:
+        raise UserError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+    nsp, sbo, mode = OBJECTIVES[name]
+    if sbo and config.masking.strategy != "span":
+        raise UserError("objective spanbert needs masking.strategy='span' (the span boundary "
+                        f"objective predicts masked spans), got {config.masking.strategy!r}")
+    return Objective(name, nsp, sbo, mode)
+
+
+def validate_train(config: ml_collections.ConfigDict) -> None:
+    train = config.train
+    for key in ("steps", "batch_size", "accumulation_steps"):
+        if int(train[key]) <= 0:
+            raise UserError(f"train.{key} must be positive, got {train[key]}")
+    for key in ("log_every", "checkpoint_every", "eval_every", "eval_batches", "keep_checkpoints"):
+        if int(train[key]) < 0:
+            raise UserError(f"train.{key} must not be negative, got {train[key]}")
+    if train.batch_size % train.accumulation_steps:
+        raise UserError(f"train.batch_size {train.batch_size} is not divisible by "
+                        f"train.accumulation_steps {train.accumulation_steps}")
+
+
+def encoder_config(config: ml_collections.ConfigDict, vocab_size: int,
+                   pad_token_id: int = 0) -> EncoderConfig:
+    m = config.model
+    overrides = dict(
+        vocab_size=vocab_size, pad_token_id=pad_token_id, dtype=m.dtype,
+        param_dtype=m.param_dtype, hidden_dropout=m.hidden_dropout,
+        attention_dropout=m.attention_dropout, scan_layers=m.scan_layers, remat=m.remat,
+        max_position_embeddings=m.max_position_embeddings, type_vocab_size=m.type_vocab_size)
+    # Explicit sizes in the config win over the preset's (e.g. --config.model.num_layers=3).
+    for key in ("num_layers", "hidden_size", "num_heads", "intermediate_size"):
+        if key in m and m[key]:
+            overrides[key] = m[key]
+    return preset(m.preset, **overrides)
+
+
+def masking_config(config: ml_collections.ConfigDict):
+    from bertjax.data.masking import MaskingConfig
+
+    return MaskingConfig(**_fields_of(MaskingConfig, config.masking, "masking"))
+
+
+def length_schedule(config: ml_collections.ConfigDict):
+    from bertjax.data.pretraining import LengthSchedule
+
+    s = config.schedule
+    if not 0.0 <= s.long_fraction <= 1.0:
+        raise UserError(f"schedule.long_fraction must be in [0, 1], got {s.long_fraction}")
+    return LengthSchedule.bert(
+        config.train.steps, long_fraction=s.long_fraction,
+        short=(s.short_seq_len, s.short_max_predictions),
+        long=(s.long_seq_len, s.long_max_predictions))
+
+
+def optimizer_config(config: ml_collections.ConfigDict):
+    from bertjax.train.optimizer import OptimizerConfig
+
+    fields = _fields_of(OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",))
+    return OptimizerConfig(total_steps=config.train.steps, **fields)
+
+
+def mesh(config: ml_collections.ConfigDict):
+    from bertjax.parallel.mesh import make_mesh
+
+    return make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+
+
+def data_inputs(config: ml_collections.ConfigDict) -> tuple[list[str], str]:
+    """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
+    raw = config.data.input.strip()
+    if not raw:
+        raise UserError("no corpus: set --config.data.input to text files, a directory, a glob "
+                        f"or tfds:NAME (or {DEMO_INPUT} for the demo corpus)")
+    if raw == DEMO_INPUT:
+        from bertjax.data.demo_corpus import demo_corpus_path
+
+        return [demo_corpus_path()], "sentences"
+    return [part.strip() for part in raw.split(",") if part.strip()], config.data.input_format
+
+
+def prepared_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
+    return config.data.prepared or os.path.join(workdir, "data")
+
+
+def prepared_corpus(config: ml_collections.ConfigDict, workdir: str):
+    """Opens the prepared corpus, preparing it first (and training a vocabulary) when needed."""
+    from bertjax.data import corpus, prepare
+    from bertjax.data.tokenizer import load_tokenizer
+
+    directory = prepared_dir(config, workdir)
+    if not os.path.exists(os.path.join(directory, corpus.MANIFEST)):
+        inputs, input_format = data_inputs(config)
+        d = config.data
+        if d.tokenizer:
+            tokenizer = load_tokenizer(d.tokenizer, lowercase=d.lowercase)
+        else:
+            tokenizer = prepare.build_tokenizer(inputs, input_format, kind=d.tokenizer_type,
+                                                vocab_size=d.vocab_size, lowercase=d.lowercase)
+        prepare.prepare(inputs, input_format, directory, tokenizer, workers=max(1, os.cpu_count() or 1))
+    return corpus.PreparedCorpus.open(directory)
+
+
+def build_pretraining_data(config: ml_collections.ConfigDict, workdir: str, *,
+                           process_index: int = 0, process_count: int = 1):
+    """(PretrainingData, Tokenizer) for a pretraining config; prepares the corpus if needed."""
+    from bertjax.data.masking import Masker  # noqa: F401  (imported for its validation errors)
+    from bertjax.data.pretraining import PretrainingData
+
+    validate_train(config)
+    obj = objective(config)
+    corpus = prepared_corpus(config, workdir)
+    data = PretrainingData(
+        corpus, mode=obj.mode, masking=masking_config(config), schedule=length_schedule(config),
+        global_batch_size=config.train.batch_size, seed=config.train.seed,
+        process_index=process_index, process_count=process_count,
+        short_seq_prob=config.data.short_seq_prob, eval_fraction=config.data.eval_fraction,
+        workers=config.data.workers, prefetch=config.data.prefetch)
+    return data, corpus.tokenizer
+
+
+def _fields_of(cls, section: ml_collections.ConfigDict, prefix: str, skip=()) -> dict:
+    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
+    unknown = sorted(set(section.keys()) - names)
+    if unknown:
+        raise UserError(f"unknown setting(s) {', '.join(prefix + '.' + k for k in unknown)}")
+    return {k: section[k] for k in section.keys()}

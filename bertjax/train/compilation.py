@@ -1,0 +1,66 @@
+"""Ahead-of-time compilation of a step for each batch shape, with its memory reported and checked.
+
+Every phase of the length schedule is compiled before the first step, so a config whose 512-token
+phase does not fit the device is refused at start-up, not after 90% of the run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+import jax
+
+from bertjax.errors import UserError
+
+
+def memory_report(compiled: Any) -> dict[str, int]:
+    """Per-device bytes of a compiled computation (empty where the backend does not say)."""
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:  # some backends raise instead of returning None
+        return {}
+    if analysis is None:
+        return {}
+    fields = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes",
+              "temp_size_in_bytes", "generated_code_size_in_bytes")
+    report = {f.replace("_size_in_bytes", ""): int(getattr(analysis, f, 0) or 0) for f in fields}
+    # Donated inputs alias outputs: count them once.
+    report["peak"] = (report["argument"] + report["output"] - report["alias"] + report["temp"])
+    return report
+
+
+def device_memory_limit() -> int | None:
+    """Bytes one device can hold, where the backend reports it (GPU, TPU); None on CPU."""
+    try:
+        stats = jax.local_devices()[0].memory_stats()
+    except Exception:
+        return None
+    return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
+
+
+def compile_step(jitted: Callable, *abstract_args: Any, name: str = "step",
+                 verbose: bool = True) -> Any:
+    """Lowers and compiles `jitted` for these shapes; prints time and memory; refuses a misfit."""
+    started = time.perf_counter()
+    compiled = jitted.lower(*abstract_args).compile()
+    seconds = time.perf_counter() - started
+    report = memory_report(compiled)
+    limit = device_memory_limit()
+    if verbose:
+        parts = [f"compiled {name} in {seconds:.1f}s"]
+        if report:
+            parts.append("memory per device: " + ", ".join(
+                f"{k} {_gib(v)}" for k, v in report.items() if k != "generated_code"))
+        print("; ".join(parts), file=sys.stderr, flush=True)
+    if limit is not None and report.get("peak", 0) > limit:
+        raise UserError(f"{name} needs {_gib(report['peak'])} per device but a device holds "
+                        f"{_gib(limit)}: lower train.batch_size, raise train.accumulation_steps, "
+                        "set model.remat, or shard over more devices (mesh.fsdp)")
+    compiled.compile_seconds = seconds  # type: ignore[attr-defined]
+    return compiled
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"

@@ -1,0 +1,93 @@
+"""Metrics out of the run: `metrics.jsonl`, TensorBoard event files and the terminal, from process 0.
+
+The loop hands over device scalars; they are read on the host one log interval later than they were
+produced (after the next step has been dispatched), so logging never stalls the accelerator.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Iterable, Mapping
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite: continuing would only waste compute."""
+
+
+def read_metrics(workdir: str) -> list[dict]:
+    path = os.path.join(workdir, METRICS_FILE)
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def truncate_after(workdir: str, step: int) -> None:
+    """Drops records logged after `step`: a resumed run logs those steps again, identically."""
+    path = os.path.join(workdir, METRICS_FILE)
+    records = read_metrics(workdir)
+    kept = [r for r in records if r.get("step", 0) <= step]
+    if len(kept) == len(records):
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    os.replace(tmp, path)
+
+
+def check_finite(step: int, scalars: Mapping[str, float], keys: Iterable[str] = ("loss",)) -> None:
+    for key in keys:
+        value = scalars.get(key)
+        if value is not None and not math.isfinite(value):
+            raise NonFiniteLossError(f"{key} became {value} at step {step}")
+
+
+class MetricsWriter:
+    """Appends one JSON object per logged step and mirrors scalars to TensorBoard."""
+
+    def __init__(self, workdir: str, enabled: bool = True):
+        self.enabled = enabled
+        self._jsonl = None
+        self._tb = None
+        if not enabled:
+            return
+        self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a", buffering=1)
+        from tensorboardX import SummaryWriter  # deferred: only process 0 writes events
+
+        self._tb = SummaryWriter(os.path.join(workdir, TENSORBOARD_DIR), flush_secs=30)
+
+    def write(self, step: int, scalars: Mapping[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": int(step)}
+        record.update({k: _plain(v) for k, v in scalars.items()})
+        self._jsonl.write(json.dumps(record) + "\n")
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)):
+                self._tb.add_scalar(key, value, global_step=step)
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+    def __enter__(self) -> "MetricsWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _plain(value):
+    if isinstance(value, (str, bool, int)):
+        return value
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
