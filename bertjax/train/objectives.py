@@ -6,8 +6,9 @@ the end, so an average is never an average of averages.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Mapping
+from typing import Callable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -92,3 +93,21 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
         loss = out["mlm_loss"]
         out["mlm_perplexity"] = math.exp(loss) if loss < 709.0 else math.inf
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    """What the generic train/eval steps need to know of a task's loss.
+
+    `metric_sums(outputs, batch)` -> sums (losses, correct counts, weights);
+    `batch_normalizers(batch)` -> the whole batch's weights; `loss_from_sums(sums, normalizers)`
+    -> the scalar loss. Fine-tuning tasks supply their own; pretraining uses the ones above.
+    """
+
+    metric_sums: Callable[[Mapping, Mapping], dict]
+    batch_normalizers: Callable[[Mapping], dict]
+    loss_from_sums: Callable[..., jax.Array]
+    summarize: Callable[[Mapping[str, float]], dict]
+
+
+PRETRAINING = Objective(metric_sums, batch_normalizers, loss_from_sums, summarize)

@@ -44,15 +44,16 @@ def _split_micro_batches(batch: Batch, count: int, mesh: Mesh) -> dict[str, jax.
     return {key: split(value) for key, value in batch.items()}
 
 
-def _loss_and_grads(model: nn.Module, mesh: Mesh, param_shardings: Any) -> Callable:
+def _loss_and_grads(model: nn.Module, mesh: Mesh, param_shardings: Any,
+                    objective: objectives.Objective) -> Callable:
     """(params, batch, dropout key, normalizers) -> (loss, metric sums), grads."""
 
     def loss_fn(params, batch, dropout_rng, normalizers):
         with partitioning.axis_rules(mesh):
             outputs = model.apply({"params": params}, batch, deterministic=False,
                                   rngs={"dropout": dropout_rng})
-        sums = objectives.metric_sums(outputs, batch)
-        return objectives.loss_from_sums(sums, normalizers), sums
+        sums = objective.metric_sums(outputs, batch)
+        return objective.loss_from_sums(sums, normalizers), sums
 
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -65,7 +66,8 @@ def _loss_and_grads(model: nn.Module, mesh: Mesh, param_shardings: Any) -> Calla
 
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
-                    state_shardings: TrainState, *, accumulation_steps: int = 1) -> Callable:
+                    state_shardings: TrainState, *, accumulation_steps: int = 1,
+                    objective: objectives.Objective = objectives.PRETRAINING) -> Callable:
     """jit(train_step): (state, batch) -> (new state, metrics); the old state is donated.
 
     With accumulation the batch is split into micro-batches inside the step (lax.scan) and one
@@ -78,7 +80,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
     """
     if accumulation_steps < 1:
         raise UserError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
-    loss_and_grads = _loss_and_grads(model, mesh, state_shardings.params)
+    loss_and_grads = _loss_and_grads(model, mesh, state_shardings.params, objective)
 
     def accumulate(params, batch, step_rng, normalizers):
         micro_batches = _split_micro_batches(batch, accumulation_steps, mesh)
@@ -99,7 +101,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
 
     def train_step(state: TrainState, batch: Batch) -> tuple[TrainState, Metrics]:
         step_rng = jax.random.fold_in(state.rng, state.step)
-        normalizers = objectives.batch_normalizers(batch)
+        normalizers = objective.batch_normalizers(batch)
         if accumulation_steps == 1:
             (_, sums), grads = loss_and_grads(state.params, batch, step_rng, normalizers)
         else:
@@ -108,7 +110,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
         new_state = state.replace(step=state.step + 1,
                                   params=optax.apply_updates(state.params, updates),
                                   opt_state=opt_state)
-        metrics = {**sums, "loss": objectives.loss_from_sums(sums),
+        metrics = {**sums, "loss": objective.loss_from_sums(sums),
                    "grad_norm": optax.tree.norm(grads),
                    "learning_rate": applied_learning_rate(opt_state)}
         return new_state, metrics
@@ -121,14 +123,31 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
                    donate_argnums=0, keep_unused=True)
 
 
-def make_eval_step(model: nn.Module, mesh: Mesh, state_shardings: TrainState) -> Callable:
+def make_eval_step(model: nn.Module, mesh: Mesh, state_shardings: TrainState, *,
+                   objective: objectives.Objective = objectives.PRETRAINING) -> Callable:
     """jit(eval_step): (params, batch) -> metric sums (replicated), deterministic forward."""
 
     def eval_step(params: Any, batch: Batch) -> Metrics:
         with partitioning.axis_rules(mesh):
             outputs = model.apply({"params": params}, batch, deterministic=True)
-        return objectives.metric_sums(outputs, batch)
+        return objective.metric_sums(outputs, batch)
 
     return jax.jit(eval_step,
+                   in_shardings=(state_shardings.params, partitioning.batch_sharding(mesh)),
+                   out_shardings=partitioning.replicated(mesh))
+
+
+def make_predict_step(model: nn.Module, mesh: Mesh, state_shardings: TrainState) -> Callable:
+    """jit(predict_step): (params, batch) -> the model's outputs, deterministic forward.
+
+    For metrics that need every prediction (F1, correlations, span decoding) rather than sums;
+    outputs come back replicated so each host can read them whole.
+    """
+
+    def predict_step(params: Any, batch: Batch) -> Any:
+        with partitioning.axis_rules(mesh):
+            return model.apply({"params": params}, batch, deterministic=True)
+
+    return jax.jit(predict_step,
                    in_shardings=(state_shardings.params, partitioning.batch_sharding(mesh)),
                    out_shardings=partitioning.replicated(mesh))
