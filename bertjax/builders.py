@@ -20,7 +20,6 @@ OBJECTIVES = {
     "roberta": (False, False, "full_sentences"),
     "spanbert": (False, True, "full_sentences"),
 }
-DEMO_INPUT = "demo:wikipedia"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,14 +102,14 @@ def mesh(config: ml_collections.ConfigDict):
 
 def data_inputs(config: ml_collections.ConfigDict) -> tuple[list[str], str]:
     """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
+    from bertjax.data.sources import DEMO_INPUT
+
     raw = config.data.input.strip()
     if not raw:
         raise UserError("no corpus: set --config.data.input to text files, a directory, a glob "
                         f"or tfds:NAME (or {DEMO_INPUT} for the demo corpus)")
     if raw == DEMO_INPUT:
-        from bertjax.data.demo_corpus import demo_corpus_path
-
-        return [demo_corpus_path()], "sentences"
+        return [DEMO_INPUT], "sentences"  # the demo corpus is written in the sentences layout
     return [part.strip() for part in raw.split(",") if part.strip()], config.data.input_format
 
 

