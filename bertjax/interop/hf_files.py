@@ -1,0 +1,187 @@
+"""The files of a Hugging Face BERT directory: config.json, the weights, the tokenizer files.
+
+    config.json                BertConfig fields
+    model.safetensors          the state dict (or shards named by model.safetensors.index.json)
+    pytorch_model.bin          the older torch format; read with torch.load(weights_only=True),
+                               never plain pickle, and torch is imported only for it
+    vocab.txt                  WordPiece vocabulary, one token a line
+    tokenizer_config.json      do_lower_case and the special tokens (BertTokenizer's fields)
+    special_tokens_map.json
+
+Only bytes and names here; which model the weights make is `hf_models`' concern. Writers put files
+into a directory the caller stages (see `output_dir`), so they never leave half an export behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from typing import Any
+
+import numpy as np
+
+from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
+from bertjax.errors import UserError
+
+CONFIG = "config.json"
+SAFETENSORS = "model.safetensors"
+TORCH_BIN = "pytorch_model.bin"
+INDEX_SUFFIX = ".index.json"
+VOCAB = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+# Where an export keeps a vocabulary that transformers has no BERT tokenizer for (SentencePiece).
+BERTJAX_TOKENIZER = "bertjax_tokenizer"
+_OTHER_FRAMEWORKS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index")
+_SPECIAL_NAMES = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+
+
+def read_config(hf_dir: str) -> dict:
+    """config.json as a dict; a directory without one is not a Hugging Face checkpoint."""
+    if not os.path.isdir(hf_dir):
+        raise UserError(f"{hf_dir} is not a directory")
+    path = os.path.join(hf_dir, CONFIG)
+    if not os.path.isfile(path):
+        raise UserError(f"{hf_dir} is not a Hugging Face BERT checkpoint: it has no {CONFIG}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    if not isinstance(config, dict):
+        raise UserError(f"{path} is not a JSON object")
+    return config
+
+
+def read_state_dict(hf_dir: str) -> dict[str, np.ndarray]:
+    """The weights as numpy arrays, from safetensors (preferred) or pytorch_model.bin."""
+    for name, reader in ((SAFETENSORS, _read_safetensors), (TORCH_BIN, _read_torch_bin)):
+        path = os.path.join(hf_dir, name)
+        if os.path.isfile(path):
+            return reader(path)
+        if os.path.isfile(path + INDEX_SUFFIX):
+            return _read_shards(path + INDEX_SUFFIX, reader)
+    others = [name for name in _OTHER_FRAMEWORKS if os.path.exists(os.path.join(hf_dir, name))]
+    if others:
+        raise UserError(f"{hf_dir} holds {others[0]}, weights of another framework; bertjax "
+                        f"reads {SAFETENSORS} or {TORCH_BIN}")
+    raise UserError(f"{hf_dir} has no weights: no {SAFETENSORS} or {TORCH_BIN}")
+
+
+def _read_safetensors(path: str) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(path)  # bfloat16 comes back as ml_dtypes.bfloat16
+    except Exception as e:  # SafetensorError for truncated or corrupt files, OSError
+        raise UserError(f"cannot read {path} (truncated or not a safetensors file?): "
+                        f"{e}") from None
+
+
+def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
+    try:
+        import torch
+    except ImportError:
+        raise UserError(f"{path} is a PyTorch file and reading it needs torch "
+                        "(pip install torch), or save the model as safetensors") from None
+    try:
+        # weights_only: tensors and plain containers only; a pickled object that would run
+        # code is refused instead of executed.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise UserError(f"refused {path}: it holds pickled Python objects besides tensors, "
+                        "which could run code when loaded; it is not plain weights") from None
+    except Exception as e:  # a truncated or corrupt archive
+        message = " ".join(str(e).split())[:200]
+        raise UserError(f"cannot read {path} (truncated or corrupt?): {message}") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(torch.is_tensor(v) for v in state.values()):
+        raise UserError(f"{path} does not hold a state dict of tensors")
+    # torch's bfloat16 has no numpy twin: widened to fp32, which is exact.
+    return {name: (t.float() if t.dtype == torch.bfloat16 else t).detach().numpy()
+            for name, t in state.items()}
+
+
+def _read_shards(index_path: str, reader) -> dict[str, np.ndarray]:
+    try:
+        with open(index_path) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    except (OSError, KeyError, TypeError, AttributeError, json.JSONDecodeError) as e:
+        raise UserError(f"cannot read the shard index {index_path}: {e}") from None
+    state: dict[str, np.ndarray] = {}
+    for name in files:
+        path = os.path.join(os.path.dirname(index_path), name)
+        if not os.path.isfile(path):
+            raise UserError(f"{index_path} names {name}, which does not exist")
+        state.update(reader(path))
+    return state
+
+
+def write_model(directory: str, config: dict, state_dict: dict[str, np.ndarray]) -> None:
+    """config.json and model.safetensors (with the "pt" format tag transformers expects)."""
+    from safetensors.numpy import save_file
+
+    with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2, sort_keys=True)
+    arrays = {name: np.ascontiguousarray(value) for name, value in state_dict.items()}
+    save_file(arrays, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
+
+
+def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int) -> str | None:
+    """BertTokenizer's files for a WordPiece vocabulary; returns a warning when there is none.
+
+    `strip_accents` stays null: BERT then strips accents exactly when it lowercases, which is
+    what our WordPiece tokenizer does.
+    """
+    if not isinstance(tokenizer, WordPieceTokenizer):
+        tokenizer.save(os.path.join(directory, BERTJAX_TOKENIZER))
+        return (f"{tokenizer.kind} vocabularies have no BERT tokenizer in transformers: the "
+                f"export has no {VOCAB}, so AutoTokenizer cannot load it; the vocabulary is in "
+                f"{BERTJAX_TOKENIZER}/ (bertjax.data.tokenizer.load_tokenizer reads it)")
+    with open(os.path.join(directory, VOCAB), "w", encoding="utf-8") as f:
+        f.writelines(tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size))
+    special = dict(zip(_SPECIAL_NAMES, SPECIAL_TOKENS))
+    config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lowercase,
+              "strip_accents": None, "tokenize_chinese_chars": True, "do_basic_tokenize": True,
+              "model_max_length": model_max_length, **special}
+    for name, content in ((TOKENIZER_CONFIG, config), (SPECIAL_TOKENS_MAP, special)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+    return None
+
+
+def read_tokenizer(hf_dir: str) -> tuple[Tokenizer | None, list[str]]:
+    """(the tokenizer, notes on what it cannot follow); None when the directory has none."""
+    if not os.path.isfile(os.path.join(hf_dir, VOCAB)):
+        ours = os.path.join(hf_dir, BERTJAX_TOKENIZER)
+        if os.path.isdir(ours):
+            return load_tokenizer(ours), []
+        return None, [f"{hf_dir} has no {VOCAB}: converted without a tokenizer; pretraining "
+                      "and fine-tuning need the model's own vocabulary"]
+    settings = _read_json_object(os.path.join(hf_dir, TOKENIZER_CONFIG))
+    # BertTokenizer's default is uncased, as for a bare vocab.txt.
+    lowercase = bool(settings.get("do_lower_case", True))
+    notes = []
+    strip_accents = settings.get("strip_accents")
+    if strip_accents is not None and bool(strip_accents) != lowercase:
+        notes.append(f"the tokenizer sets strip_accents={strip_accents} with "
+                     f"do_lower_case={lowercase}; bertjax strips accents exactly when it "
+                     "lowercases")
+    if settings.get("tokenize_chinese_chars") is False:
+        notes.append("the tokenizer sets tokenize_chinese_chars=false; bertjax always splits "
+                     "CJK characters")
+    tokenizer = WordPieceTokenizer.from_vocab_file(os.path.join(hf_dir, VOCAB), lowercase)
+    return tokenizer, notes
+
+
+def _read_json_object(path: str) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    return value if isinstance(value, dict) else {}

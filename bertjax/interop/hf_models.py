@@ -1,0 +1,199 @@
+"""Which Hugging Face model a bertjax checkpoint becomes, and which bertjax model a Hugging Face
+BERT checkpoint becomes.
+
+Export follows the checkpoint's `heads` record:
+    pretraining {"nsp": true, ...}        -> BertForPreTraining (bert.*, cls.predictions,
+                                             cls.seq_relationship)
+    pretraining {"nsp": false, ...}       -> BertForMaskedLM (the pooler is kept for BertModel)
+    parameters without heads              -> BertModel
+    {"head": "sequence_classification"}   -> BertForSequenceClassification (on the pooled output)
+    {"head": "regression"}                -> BertForSequenceClassification, problem_type regression
+    {"head": "token_classification"}      -> BertForTokenClassification (a CRF is left out)
+    {"head": "question_answering"}        -> BertForQuestionAnswering (start 0, end 1)
+Import takes any BERT encoder checkpoint into our `BertForPretraining` tree (encoder, mlm, nsp);
+whatever the checkpoint lacks (the pretraining heads of a bare BertModel, the pooler of a
+BertForMaskedLM) is initialized fresh and named. Weight names and layouts are `hf_layout`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import numpy as np
+
+from bertjax.errors import UserError
+from bertjax.interop import hf_layout
+from bertjax.model.config import EncoderConfig
+
+Tree = dict[str, Any]
+
+BERT_ARCHITECTURES = (
+    "BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
+    "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
+    "BertForMultipleChoice")
+# fine-tuning head -> (Hugging Face class, our output layer, whether it reads the pooled output)
+FINETUNE_CLASSES = {
+    "sequence_classification": ("BertForSequenceClassification", "classifier", True),
+    "regression": ("BertForSequenceClassification", "classifier", True),
+    "token_classification": ("BertForTokenClassification", "classifier", False),
+    "question_answering": ("BertForQuestionAnswering", "qa_outputs", False),
+}
+# Hugging Face name prefixes of parts that may be absent, in words for the report.
+_PARTS = {"bert.pooler.": "the pooler (bert.pooler)",
+          "cls.predictions.": "the MLM head (cls.predictions)",
+          "cls.seq_relationship.": "the NSP head (cls.seq_relationship)"}
+_ENCODER_PREFIXES = ("bert.", "embeddings.", "encoder.", "pooler.")
+
+
+@dataclasses.dataclass
+class HFModel:
+    config: dict                      # config.json
+    state_dict: dict[str, np.ndarray]
+    notes: list[str]                  # what does not carry over to Hugging Face
+
+
+def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
+    """A bertjax checkpoint's parameters as the Hugging Face model its heads call for."""
+    if heads.get("head"):
+        return _finetuned_to_hf(params, model, heads)
+    return _pretraining_to_hf(params, model, heads)
+
+
+def _base_config(model: EncoderConfig, architecture: str) -> dict:
+    return {**hf_layout.hf_config_dict(model), "architectures": [architecture],
+            "dtype": model.param_dtype}
+
+
+def _pretraining_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
+    notes = []
+    if "sbo" in params:
+        notes.append("the span boundary head (sbo) has no Hugging Face counterpart and is not "
+                     "exported")
+    if "mlm" not in params:
+        state = hf_layout.to_hf_state_dict(params, model, include_heads=False)
+        return HFModel(_base_config(model, "BertModel"), state, notes)
+    nsp = bool(heads.get("nsp", "nsp" in params)) and "nsp" in params
+    state = hf_layout.to_hf_state_dict(params, model, nsp=nsp)
+    if not nsp:
+        notes.append("no NSP head: exported as BertForMaskedLM, whose load report lists the "
+                     "pooler (kept for BertModel and sequence classification) as unexpected; "
+                     "BertForPreTraining would initialize cls.seq_relationship randomly")
+    return HFModel(_base_config(model, "BertForPreTraining" if nsp else "BertForMaskedLM"),
+                   state, notes)
+
+
+def _finetuned_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
+    head = heads["head"]
+    if head not in FINETUNE_CLASSES:
+        raise UserError(f"cannot export the fine-tuning head {head!r} to Hugging Face; known "
+                        f"heads: {', '.join(FINETUNE_CLASSES)}")
+    architecture, layer, pooled = FINETUNE_CLASSES[head]
+    if layer not in params or "encoder" not in params:
+        raise UserError(f"the {head} checkpoint has no encoder/{layer} parameters")
+    labels = _labels(head, heads)
+    kernel = np.asarray(params[layer]["kernel"])
+    bias = np.asarray(params[layer]["bias"])
+    if kernel.shape != (model.hidden_size, len(labels)) or bias.shape != (len(labels),):
+        raise UserError(f"{layer} has shapes {kernel.shape} and {bias.shape}, the run record "
+                        f"says {len(labels)} outputs on {model.hidden_size} features")
+    encoder = hf_layout.to_hf_state_dict({"encoder": params["encoder"]}, model,
+                                         include_heads=False)
+    # Token and span heads read the sequence output; their Hugging Face classes have no pooler.
+    state = {f"bert.{name}": value for name, value in encoder.items()
+             if pooled or not name.startswith("pooler.")}
+    state[f"{layer}.weight"] = np.ascontiguousarray(kernel.T)
+    state[f"{layer}.bias"] = bias
+    config = _base_config(model, architecture)
+    config.update(num_labels=len(labels), id2label={str(i): s for i, s in enumerate(labels)},
+                  label2id={s: i for i, s in enumerate(labels)})
+    if head in ("sequence_classification", "regression"):
+        config["problem_type"] = ("regression" if head == "regression"
+                                  else "single_label_classification")
+    notes = []
+    if heads.get("crf") or "crf" in params:
+        notes.append("the CRF transition scores have no Hugging Face counterpart: "
+                     "BertForTokenClassification gets the encoder and the per-token classifier "
+                     "and decodes each token by argmax, not by Viterbi as bertjax does")
+    return HFModel(config, state, notes)
+
+
+def _labels(head: str, heads: Mapping) -> list[str]:
+    if head == "question_answering":
+        return ["start", "end"]
+    if head == "regression":
+        return [str(label) for label in heads.get("labels") or ["LABEL_0"]][:1]
+    count = heads.get("num_labels")
+    labels = [str(label) for label in heads.get("labels") or []]
+    if not labels and count:
+        labels = [f"LABEL_{i}" for i in range(int(count))]
+    if not labels or (count and int(count) != len(labels)):
+        raise UserError(f"the run record's heads give num_labels={count} and "
+                        f"{len(labels)} labels; cannot name the {head} outputs")
+    return labels
+
+
+@dataclasses.dataclass
+class Imported:
+    params: Tree                      # BertForPretraining(model, nsp=True) params, numpy
+    model: EncoderConfig
+    initialized: list[str]            # parts the checkpoint lacked, initialized fresh (words)
+    not_imported: list[str]           # checkpoint names with no counterpart here
+
+
+def check_architecture(hf_config: Mapping) -> None:
+    """Refuses, by name, any architecture that is not a BERT encoder."""
+    for architecture in hf_config.get("architectures") or []:
+        if architecture not in BERT_ARCHITECTURES:
+            raise UserError(f"unsupported architecture {architecture}: bertjax reads BERT "
+                            f"encoders ({', '.join(BERT_ARCHITECTURES)})")
+
+
+def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: bool = True,
+            seed: int = 0) -> Imported:
+    """A Hugging Face BERT config and state dict as our pretraining model's parameters."""
+    check_architecture(hf_config)
+    model = hf_layout.encoder_config_from_hf(hf_config, scan_layers=scan_layers)
+    params, missing, unused = hf_layout.from_hf_state_dict(state_dict, model)
+    absent_parts = [part for part in _PARTS if any(n.startswith(part) for n in missing)]
+    encoder_missing = [n for n in missing if not n.startswith(tuple(_PARTS))]
+    if encoder_missing:
+        raise UserError(f"the weights lack {len(encoder_missing)} encoder parameters the config "
+                        f"calls for, e.g. {encoder_missing[0]} (does config.json describe these "
+                        "weights?)")
+    extra_encoder = [n for n in unused if n.startswith(_ENCODER_PREFIXES)]
+    if extra_encoder:
+        raise UserError(f"the weights hold {extra_encoder[0]}, which the config does not call "
+                        f"for ({model.num_layers} layers): does config.json describe these "
+                        "weights?")
+    if absent_parts:
+        params = _fill_in(params, model, seed)
+    return Imported(params, model, [_PARTS[p] for p in absent_parts], sorted(unused))
+
+
+def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
+    """`params` completed with our own initialization of the parameters it lacks."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    from bertjax.model.heads import BertForPretraining
+
+    batch = {key: jnp.zeros((1, 2), jnp.int32)
+             for key in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
+    init = jax.jit(lambda key: BertForPretraining(model, nsp=True).init(key, batch))
+    fresh = jax.device_get(nn.meta.unbox(init(jax.random.key(seed))["params"]))
+    return _merge(fresh, params)
+
+
+def _merge(fresh: Mapping, given: Mapping) -> Tree:
+    merged = {}
+    for key, value in fresh.items():
+        if key not in given:
+            merged[key] = value
+        elif isinstance(value, Mapping):
+            merged[key] = _merge(value, given[key])
+        else:
+            merged[key] = given[key]
+    return merged
+
