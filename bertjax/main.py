@@ -18,14 +18,16 @@ from bertjax.errors import EXIT_BAD_INPUT, UserError, report
 EXIT_DIVERGED = 1
 
 
-def _parse(argv: list[str]):
+def parse_config(argv: list[str], flag_values: flags.FlagValues | None = None):
+    """The config of `--config=FILE [--config.KEY=VALUE ...]` in argv (argv[0]: the program).
+
+    `flag_values` may hold the caller's own flags, defined beforehand; returns (config, flags).
+    """
     # Fresh flag values per call: config_flags registers one flag per --config.KEY override, and
     # tests call main() many times in one process.
-    flag_values = flags.FlagValues()
+    flag_values = flags.FlagValues() if flag_values is None else flag_values
     config_flags.DEFINE_config_file("config", None, "Config file (a get_config() module).",
                                     flag_values=flag_values, lock_config=True)
-    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and prepared data.",
-                        flag_values=flag_values)
     for arg in argv[1:]:
         if arg.startswith("--config="):
             path = arg.split("=", 1)[1].split(":", 1)[0]
@@ -44,6 +46,14 @@ def _parse(argv: list[str]):
         raise UserError(f"bad flags or config: {' '.join(lines[:4]) or type(e).__name__}") from None
     if config is None:
         raise UserError("--config is required, e.g. --config=configs/base.py")
+    return config, flag_values
+
+
+def _parse(argv: list[str]):
+    flag_values = flags.FlagValues()
+    flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and prepared data.",
+                        flag_values=flag_values)
+    config, flag_values = parse_config(argv, flag_values)
     if not flag_values.workdir:
         raise UserError("--workdir is required")
     return config, flag_values.workdir

@@ -19,6 +19,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.objective = "bert"
 
     config.model = ml_collections.ConfigDict()
+    # tiny | mini | small | medium | base | large, or from_checkpoint: the shape and vocabulary
+    # of config.init_checkpoint (e.g. a `python -m bertjax.convert --from-hf` output).
     config.model.preset = "base"
     # 0 keeps the preset's size; set any of these to change one dimension of it.
     config.model.num_layers = 0
@@ -80,6 +82,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.eval_every = 10_000
     config.train.eval_batches = 20
     config.train.plot = False               # loss/accuracy curves to WORKDIR/curves.png
+    # GiB one device holds, checked against the compiled step before the first step; 0 asks the
+    # device (TPUs and GPUs report it, CPUs do not). Set it lower to keep headroom.
+    config.train.device_memory_gb = 0.0
 
     config.optimizer = ml_collections.ConfigDict()
     config.optimizer.name = "adamw"         # adamw | lamb

@@ -14,8 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import jax
@@ -23,6 +21,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax.errors import UserError
+from bertjax.interop import output_dir
 from bertjax.model.config import EncoderConfig
 
 FORMAT = "bertjax-params"
@@ -51,13 +50,7 @@ def is_workdir(path: str) -> bool:
 def save(directory: str, params: Any, model: EncoderConfig, *, heads: dict, tokenizer=None,
          info: dict | None = None, overwrite: bool = False) -> str:
     """Writes a params-only export; refuses an existing target unless `overwrite`."""
-    target = os.path.abspath(directory)
-    if os.path.exists(target) and not overwrite:
-        raise UserError(f"{directory} already exists; choose a new output or pass --overwrite")
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tmp-", dir=parent)
-    try:
+    with output_dir.staged(directory, overwrite=overwrite) as staging:
         host = jax.tree.map(np.asarray, jax.device_get(params))
         ocp.PyTreeCheckpointer().save(os.path.join(staging, PARAMS_DIR), host)
         if tokenizer is not None:
@@ -66,13 +59,7 @@ def save(directory: str, params: Any, model: EncoderConfig, *, heads: dict, toke
                   **(info or {})}
         with open(os.path.join(staging, INFO_FILE), "w") as f:
             json.dump(record, f, indent=2)
-        if os.path.exists(target):
-            shutil.rmtree(target)
-        os.rename(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
+    return os.path.abspath(directory)
 
 
 def load(directory: str) -> ParamsBundle:
@@ -118,6 +105,25 @@ def load_any(source: str) -> ParamsBundle:
         return load_from_workdir(source)
     raise UserError(f"{source} is neither a bertjax workdir (with checkpoints/) nor a params "
                     f"export (with {INFO_FILE})")
+
+
+def recorded_model(source: str) -> tuple[EncoderConfig, str | None]:
+    """(EncoderConfig, tokenizer directory or None) that a params export or a run's workdir
+    records, read from its JSON alone: no arrays are loaded."""
+    if not os.path.exists(source):
+        raise UserError(f"checkpoint not found: {source}")
+    if is_params_dir(source):
+        record = _read_json(os.path.join(source, INFO_FILE))
+        model, tokenizer_dir = record.get("model"), os.path.join(source, TOKENIZER_DIR)
+    elif is_workdir(source):
+        record = _read_json(os.path.join(source, "run.json"))
+        model, tokenizer_dir = record.get("encoder"), record.get("tokenizer_dir") or ""
+    else:
+        raise UserError(f"{source} is neither a bertjax workdir (with checkpoints/) nor a params "
+                        f"export (with {INFO_FILE})")
+    if not model:
+        raise UserError(f"{source} does not record its model config (no run.json?)")
+    return EncoderConfig(**model), tokenizer_dir if os.path.isdir(tokenizer_dir) else None
 
 
 def _restore_params(path: str, subtree: str | None) -> dict:

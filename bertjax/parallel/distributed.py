@@ -1,48 +1,255 @@
-"""Multi-process start-up: `jax.distributed.initialize` when the environment describes a job of
-several processes (TPU pod slices, SLURM, or explicit variables); a no-op for one process.
+"""Multi-process runs: start-up from the environment, and the decisions processes take together.
 
-Explicit variables (GPU clusters, tests on one machine):
-    JAX_COORDINATOR_ADDRESS=host:port  JAX_NUM_PROCESSES=N  JAX_PROCESS_ID=i
-    [JAX_LOCAL_DEVICE_IDS=0,1,...]
+`initialize_from_environment()` calls `jax.distributed.initialize` when the environment describes
+a job of several processes, and is a no-op otherwise:
+
+- Explicit variables (GPU clusters, `launch/local.sh`, tests on one machine):
+      JAX_COORDINATOR_ADDRESS=host:port  JAX_NUM_PROCESSES=N  JAX_PROCESS_ID=i
+      [JAX_LOCAL_DEVICE_IDS=0,1,...]  (default: every local device)
+- A Cloud TPU VM: JAX reads the worker list from the VM's metadata (one or several hosts; where
+  that fails on a single host, it runs alone).
+- Inside a SLURM step of several tasks (`srun`): JAX reads the SLURM variables and, on GPUs,
+  gives each task one device (its SLURM_LOCALID); `launch/slurm_gpu.sbatch` instead sets the
+  explicit variables and runs one process per node over all of its GPUs.
+
+Everything else here keeps several processes in step: work done once by process 0 with its
+outcome (or error) shared, a check that a directory is really shared, and a SIGTERM stop agreed
+on by every process.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import signal
+import sys
+from typing import Callable, TypeVar
 
 import jax
+import numpy as np
 
 from bertjax.errors import UserError
 
-
-def _multi_host_tpu() -> bool:
-    hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
-    return len([h for h in hosts.split(",") if h]) > 1
+_T = TypeVar("_T")
+_TEXT_BYTES = 2048  # longest message shared between processes
 
 
-def _slurm_job() -> bool:
-    return int(os.environ.get("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in os.environ
+def _explicit_settings() -> dict | None:
+    """The JAX_* variables, checked; None when JAX_COORDINATOR_ADDRESS is not set."""
+    address = os.environ.get("JAX_COORDINATOR_ADDRESS", "").strip()
+    if not address:
+        return None
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"JAX_COORDINATOR_ADDRESS must be host:port, got {address!r}")
+    try:
+        count = int(os.environ["JAX_NUM_PROCESSES"])
+        index = int(os.environ["JAX_PROCESS_ID"])
+    except (KeyError, ValueError):
+        raise UserError("JAX_COORDINATOR_ADDRESS is set, so JAX_NUM_PROCESSES and "
+                        "JAX_PROCESS_ID must be integers too") from None
+    if count < 1 or not 0 <= index < count:
+        raise UserError(f"JAX_PROCESS_ID must be in [0, JAX_NUM_PROCESSES), got process {index} "
+                        f"of {count}")
+    local = os.environ.get("JAX_LOCAL_DEVICE_IDS", "").strip()
+    try:
+        local_ids = [int(i) for i in local.split(",")] if local else None
+    except ValueError:
+        raise UserError(f"JAX_LOCAL_DEVICE_IDS must be comma-separated integers, got "
+                        f"{local!r}") from None
+    # "deactivate": the values above are the whole truth. Otherwise JAX fills in the unset
+    # local_device_ids from SLURM (one device per task), so one process per node would see
+    # only its first GPU.
+    return dict(coordinator_address=address, num_processes=count, process_id=index,
+                local_device_ids=local_ids, cluster_detection_method="deactivate")
+
+
+def _inside_multi_task_slurm_step() -> bool:
+    # SLURM_STEP_NODELIST exists only inside `srun`: in the batch script itself a lone process
+    # must not wait for the other tasks.
+    if "SLURM_STEP_NODELIST" not in os.environ or "SLURM_PROCID" not in os.environ:
+        return False
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or "1"
+    return tasks.isdigit() and int(tasks) > 1
+
+
+def _on_cloud_tpu_vm() -> bool:
+    # Set by `import jax` when TPU chips and libtpu are present (no public equivalent).
+    from jax._src import cloud_tpu_init
+
+    return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))
 
 
 def initialize_from_environment() -> bool:
-    """Initializes the distributed runtime if the environment asks for it; True if it did."""
+    """Initializes the distributed runtime if the environment asks for it; True if it did.
+
+    Must run before anything touches a JAX device. Failing to join the job (wrong address, a
+    missing process, a timeout) is a UserError naming the settings used.
+    """
     if jax.distributed.is_initialized():
         return False
-    address = os.environ.get("JAX_COORDINATOR_ADDRESS")
-    if address:
+    settings = _explicit_settings()
+    if settings is not None:
+        where = (f"{settings['coordinator_address']} as process {settings['process_id']} of "
+                 f"{settings['num_processes']}")
         try:
-            count = int(os.environ["JAX_NUM_PROCESSES"])
-            index = int(os.environ["JAX_PROCESS_ID"])
-        except (KeyError, ValueError):
-            raise UserError("JAX_COORDINATOR_ADDRESS is set, so JAX_NUM_PROCESSES and "
-                            "JAX_PROCESS_ID must be integers too") from None
-        local = os.environ.get("JAX_LOCAL_DEVICE_IDS")
-        local_ids = [int(i) for i in local.split(",")] if local else None
-        jax.distributed.initialize(coordinator_address=address, num_processes=count,
-                                   process_id=index, local_device_ids=local_ids)
+            jax.distributed.initialize(**settings)
+        except (RuntimeError, ValueError) as e:
+            raise UserError(f"could not join the distributed job at {where}: "
+                            f"{_first_line(e)}") from None
         return True
-    if _multi_host_tpu() or _slurm_job():
-        # Both are detected by JAX itself (TPU metadata, SLURM variables).
+    if _inside_multi_task_slurm_step():
+        try:
+            jax.distributed.initialize()
+        except (RuntimeError, ValueError) as e:
+            raise UserError(f"could not join the SLURM job's processes: {_first_line(e)}") from None
+        return True
+    if _on_cloud_tpu_vm():
+        return _initialize_on_tpu_vm()
+    return False
+
+
+def _initialize_on_tpu_vm() -> bool:
+    # JAX reads the worker list from the VM's metadata server. Where that fails (a TPU VM
+    # without it, such as some notebook runtimes) one host may still run alone; a pod slice
+    # may not: its processes must agree on checkpoints and stops.
+    try:
         jax.distributed.initialize()
         return True
-    return False
+    except Exception as e:  # requests' network errors as well as JAX's own
+        if jax.process_count() > 1:
+            raise UserError("could not start jax.distributed on this TPU pod slice "
+                            f"({jax.process_count()} hosts): {_first_line(e)}") from None
+        print(f"bertjax: warning: jax.distributed.initialize() failed on this TPU VM "
+              f"({_first_line(e)}); running as one process", file=sys.stderr, flush=True)
+        return False
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def is_multi_process() -> bool:
+    return jax.process_count() > 1
+
+
+def _share_text(text: str) -> str:
+    """Process 0's `text` on every process (a collective: every process must call it)."""
+    data = text.encode("utf-8")[:_TEXT_BYTES]
+    buffer = np.zeros(_TEXT_BYTES + 1, np.int32)
+    buffer[0] = len(data)
+    buffer[1:1 + len(data)] = np.frombuffer(data, np.uint8)
+    from jax.experimental import multihost_utils
+
+    shared = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
+    return bytes(shared[1:1 + int(shared[0])].astype(np.uint8)).decode("utf-8", "replace")
+
+
+def run_on_process_zero(fn: Callable[[], _T], what: str) -> _T | None:
+    """Runs `fn` on process 0 while the others wait; returns its result there (None elsewhere).
+
+    A UserError on process 0 is raised on every process with the same message, so all of them
+    exit 2 together instead of the others waiting for a process that has gone. With one process
+    this is just `fn()`.
+    """
+    if not is_multi_process():
+        return fn()
+    result, error = None, ""
+    failure: BaseException | None = None
+    if jax.process_index() == 0:
+        try:
+            result = fn()
+        except UserError as e:
+            error = str(e)
+        except Exception as e:  # a bug: tell the others, then fail here with its traceback
+            error, failure = f"process 0 failed while {what}: {type(e).__name__}: {e}", e
+    error = _share_text(error)
+    if failure is not None:
+        raise failure
+    if error:
+        raise UserError(error)
+    return result
+
+
+def any_process(flag: bool) -> bool:
+    """True on every process when `flag` is true on at least one (a collective)."""
+    if not is_multi_process():
+        return bool(flag)
+    from jax.experimental import multihost_utils
+
+    return bool(np.any(multihost_utils.process_allgather(np.int32(bool(flag)))))
+
+
+def check_shared_directory(path: str, what: str) -> None:
+    """Refuses, on every process, a directory that the processes do not all see as one.
+
+    Orbax writes each process's shards into the same checkpoint directory and process 0
+    finalizes it; on per-host local disks that silently produces checkpoints nobody can restore.
+    """
+    if not is_multi_process():
+        return
+    probe = os.path.join(path, ".bertjax-shared-check")
+    token = secrets.token_hex(8) if jax.process_index() == 0 else ""
+    if token:
+        with open(probe, "w") as f:
+            f.write(token)
+    token = _share_text(token)  # also a barrier: the probe is written before anyone reads it
+    try:
+        with open(probe) as f:
+            sees_it = f.read() == token
+    except OSError:
+        sees_it = False
+    anyone_blind = any_process(not sees_it)
+    if jax.process_index() == 0:
+        os.remove(probe)
+    if anyone_blind:
+        raise UserError(f"the {what} {path} is not shared by all {jax.process_count()} "
+                        "processes: with several hosts it must be on a file system every host "
+                        "mounts at the same path (NFS, a gcsfuse bucket, Filestore)")
+
+
+class PreemptionSync:
+    """The loop's stop source in multi-process runs: stop at a step all processes agree on.
+
+    A SIGTERM (a preemption notice, `scancel`, a time limit) may reach the processes at different
+    steps, and a process that checkpoints and leaves alone deadlocks the rest in their next
+    collective. JAX's preemption sync manager (started by `jax.distributed.initialize`) catches
+    SIGTERM on any process, tells the others, and picks the step after the furthest one; every
+    process asks it once per step and all of them stop at that step. So no Python SIGTERM handler
+    is installed here: it would replace the manager's. Ctrl-C is turned into a SIGTERM to this
+    process, so it too stops everyone cleanly.
+    """
+
+    def __init__(self):
+        self.signal_name: str | None = None
+        self._previous = None
+
+    def _interrupt(self, signum, frame) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def __enter__(self) -> "PreemptionSync":
+        from jax._src import distributed
+
+        if distributed.global_state.preemption_sync_manager is None:
+            raise UserError("a multi-process run needs JAX's preemption service to stop cleanly "
+                            "on SIGTERM: do not set jax_enable_preemption_service=False")
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._interrupt)
+        except ValueError:  # not the main thread: leave Ctrl-C alone
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def should_stop(self, step: int) -> bool:
+        """Called by every process after every step; True at the agreed stop step."""
+        from jax.experimental import multihost_utils
+
+        if multihost_utils.reached_preemption_sync_point(step):
+            self.signal_name = "a preemption notice (SIGTERM) to one of the processes"
+            return True
+        return False
+

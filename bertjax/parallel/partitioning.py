@@ -11,6 +11,8 @@ and gets fsdp on "embed" (FSDP / ZeRO-3 style) and tensor on "vocab".
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import math
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -89,16 +91,63 @@ def batch_shards(mesh: Mesh) -> int:
     return math.prod(mesh.shape[name] for name in BATCH_AXES)
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchSlice:
+    """Which rows of each global batch this process feeds.
+
+    The global batch is `count` equal blocks of rows and this process feeds block `index`
+    (`count` is the process count when data x fsdp spans every process; smaller when processes
+    hold replicas, e.g. tensor parallelism across hosts, and then replicas feed the same rows).
+    `contiguous`: the process's devices hold exactly the rows [index * n, (index + 1) * n), so
+    the global batch is row for row the one a single process would build. When a mesh places a
+    process's devices at scattered batch positions (possible on TPU pod topologies), JAX puts
+    its rows there in order: the same examples, in another order within the batch.
+    """
+
+    index: int
+    count: int
+    contiguous: bool
+
+
+@functools.lru_cache(maxsize=32)  # read once per step otherwise
+def process_batch_slice(mesh: Mesh) -> BatchSlice:
+    """This process's share of every global batch, read off the batch sharding."""
+    shards = batch_shards(mesh)
+    # One row per batch shard: device -> the rows (shards) it holds.
+    indices = batch_sharding(mesh).devices_indices_map((shards,))
+    rows_of: dict[int, set[int]] = {}
+    for device, index in indices.items():
+        start, stop, _ = index[0].indices(shards)
+        rows_of.setdefault(device.process_index, set()).update(range(start, stop))
+    return slice_of_rows(rows_of, jax.process_index(), shards)
+
+
+def slice_of_rows(rows_of: Mapping[int, set[int]], process: int, shards: int) -> BatchSlice:
+    """The BatchSlice of `process` given every process's batch rows (out of `shards`)."""
+    distinct = sorted({tuple(sorted(rows)) for rows in rows_of.values()})
+    mine = tuple(sorted(rows_of[process]))
+    sizes = {len(rows) for rows in distinct}
+    covered = sorted(row for rows in distinct for row in rows)
+    if len(sizes) != 1 or covered != list(range(shards)):
+        raise UserError(f"the mesh gives processes unequal or overlapping parts of the batch "
+                        f"({dict(rows_of)}): choose mesh sizes whose data x fsdp axes split "
+                        "evenly over the processes")
+    index = distinct.index(mine)
+    contiguous = mine == tuple(range(index * len(mine), (index + 1) * len(mine)))
+    return BatchSlice(index=index, count=len(distinct), contiguous=contiguous)
+
+
 def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-    """Builds global arrays from this process's rows; every process passes only its own slice."""
+    """Builds global arrays from this process's rows: its `process_batch_slice(mesh)` block."""
     sharding = batch_sharding(mesh)
     rows = {key: np.shape(value)[0] for key, value in local_batch.items()}
     if len(set(rows.values())) > 1:
         raise UserError(f"batch fields have different numbers of rows: {rows}")
     local_rows = next(iter(rows.values()), 0)
-    global_rows = local_rows * jax.process_count()
+    global_rows = local_rows * process_batch_slice(mesh).count
     if global_rows % batch_shards(mesh):
         raise UserError(f"global batch size {global_rows} is not divisible by the "
                         f"{batch_shards(mesh)} data x fsdp shards of the mesh")
-    return {key: jax.make_array_from_process_local_data(sharding, np.asarray(value))
+    return {key: jax.make_array_from_process_local_data(
+                sharding, np.asarray(value), (global_rows, *np.shape(value)[1:]))
             for key, value in local_batch.items()}

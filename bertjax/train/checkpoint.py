@@ -64,6 +64,10 @@ class Checkpointer:
         return self._manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
 
+    def delete(self, step: int) -> None:
+        """Removes a saved step (fine-tuning keeps only its best and its latest checkpoint)."""
+        self._manager.delete(step)
+
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """The state at `step`, laid out as `abstract_state` says (ShapeDtypeStructs with shardings)."""
         check_compatible(self._manager.item_metadata(step)["state"], abstract_state, self.directory)

@@ -40,24 +40,41 @@ def device_memory_limit() -> int | None:
     return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
 
 
+def memory_limit(configured_gib: float = 0.0) -> tuple[int | None, str]:
+    """(bytes per device, where that figure comes from): the configured GiB when positive, else
+    what the device reports (None where it reports nothing, e.g. CPU)."""
+    if configured_gib < 0:
+        raise UserError(f"train.device_memory_gb must not be negative, got {configured_gib}")
+    if configured_gib > 0:
+        return int(configured_gib * 2**30), "train.device_memory_gb"
+    return device_memory_limit(), "reported by the device"
+
+
 def compile_step(jitted: Callable, *abstract_args: Any, name: str = "step",
-                 verbose: bool = True) -> Any:
-    """Lowers and compiles `jitted` for these shapes; prints time and memory; refuses a misfit."""
+                 verbose: bool = True, device_memory_gb: float = 0.0) -> Any:
+    """Lowers and compiles `jitted` for these shapes; prints time and memory; refuses a misfit.
+
+    `device_memory_gb` > 0 sets the bytes a device holds (for devices that do not report it, or
+    to leave headroom); 0 asks the device.
+    """
+    limit, source = memory_limit(device_memory_gb)
     started = time.perf_counter()
     compiled = jitted.lower(*abstract_args).compile()
     seconds = time.perf_counter() - started
     report = memory_report(compiled)
-    limit = device_memory_limit()
     if verbose:
         parts = [f"compiled {name} in {seconds:.1f}s"]
         if report:
             parts.append("memory per device: " + ", ".join(
                 f"{k} {_gib(v)}" for k, v in report.items() if k != "generated_code"))
+        parts.append(f"device holds {_gib(limit)} ({source})" if limit is not None
+                     else "device memory unknown (set train.device_memory_gb to check it)")
         print("; ".join(parts), file=sys.stderr, flush=True)
     if limit is not None and report.get("peak", 0) > limit:
         raise UserError(f"{name} needs {_gib(report['peak'])} per device but a device holds "
-                        f"{_gib(limit)}: lower train.batch_size, raise train.accumulation_steps, "
-                        "set model.remat, or shard over more devices (mesh.fsdp)")
+                        f"{_gib(limit)} ({source}): lower train.batch_size, raise "
+                        "train.accumulation_steps, set model.remat, or shard over more devices "
+                        "(mesh.fsdp)")
     compiled.compile_seconds = seconds  # type: ignore[attr-defined]
     return compiled
 

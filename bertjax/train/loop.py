@@ -62,17 +62,46 @@ class StopRequest:
     def requested(self) -> bool:
         return self._event.is_set()
 
+    def should_stop(self, step: int) -> bool:
+        return self.requested
+
+
+class StopSource(Protocol):
+    """Decides after each step whether to stop there (a context manager around the loop).
+
+    `StopRequest` for one process; several processes must agree on the step, see
+    `bertjax.parallel.distributed.PreemptionSync`.
+    """
+
+    signal_name: str | None
+
+    def __enter__(self) -> "StopSource": ...
+
+    def __exit__(self, *exc) -> None: ...
+
+    def should_stop(self, step: int) -> bool: ...
+
+
+def default_stop_source() -> StopSource:
+    """A StopRequest for one process; with several, a stop at a step they all agree on."""
+    from bertjax.parallel import distributed
+
+    return distributed.PreemptionSync() if distributed.is_multi_process() else StopRequest()
+
 
 def run(state: Any, batches: Iterator[dict], *, start_step: int, total_steps: int,
         step_fn: Callable[[Any, dict], tuple[Any, Any]], hooks: Sequence[Hook],
-        on_stop: Callable[[int, Any], None], progress: "Progress | None" = None) -> tuple[Any, int]:
+        on_stop: Callable[[int, Any], None], progress: "Progress | None" = None,
+        stop_source: StopSource | None = None) -> tuple[Any, int]:
     """Runs steps start_step+1 .. total_steps; returns (state, last step done).
 
     `step_fn(state, host_batch)` places the batch and runs the compiled step. `on_stop(step, state)`
     is called when a stop was requested (it should checkpoint), before returning early.
+    `stop_source` (default: `default_stop_source()`) is asked after every step, the last one
+    included.
     """
     step = start_step
-    with StopRequest() as stop:
+    with (stop_source or default_stop_source()) as stop:
         while step < total_steps:
             batch = next(batches)
             state, metrics = step_fn(state, batch)
@@ -82,7 +111,7 @@ def run(state: Any, batches: Iterator[dict], *, start_step: int, total_steps: in
                 hook(step, state, metrics, final=final)
             if progress is not None:
                 progress.update(step)
-            if stop.requested and not final:
+            if stop.should_stop(step) and not final:
                 print(f"\n{stop.signal_name}: stopping after step {step}", file=sys.stderr)
                 on_stop(step, state)
                 break

@@ -15,7 +15,7 @@ import ml_collections
 
 from bertjax import builders
 from bertjax.model.heads import BertForPretraining
-from bertjax.parallel import partitioning
+from bertjax.parallel import distributed, partitioning
 from bertjax.train import loop, objectives
 from bertjax.train.checkpoint import Checkpointer, latest_step
 from bertjax.train.compilation import compile_step
@@ -60,27 +60,36 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     optimizer = make_optimizer(builders.optimizer_config(config))
     schedule = builders.length_schedule(config)
     builders.masking_config(config)
-    builders.encoder_config(config, config.data.vocab_size)
+    builders.encoder_config(config)
     mesh = builders.mesh(config)
     workdir = ensure_writable(workdir)
+    distributed.check_shared_directory(workdir, "workdir")
     total_steps = config.train.steps
     done = latest_step(workdir)
-    if done is not None and done >= total_steps:
-        print(f"nothing to do: the run in {workdir} already reached step {total_steps}",
-              file=sys.stderr)
-        return {}
     is_main = jax.process_index() == 0
+    if done is not None and done >= total_steps:
+        if is_main:
+            print(f"nothing to do: the run in {workdir} already reached step {total_steps}",
+                  file=sys.stderr)
+        return {}
+    # With several processes, process 0 prepares a missing corpus while the others wait.
+    distributed.run_on_process_zero(lambda: builders.prepared_corpus(config, workdir),
+                                    "preparing the corpus")
+    batch_slice = partitioning.process_batch_slice(mesh)
     data, tokenizer = builders.build_pretraining_data(
-        config, workdir, process_index=jax.process_index(), process_count=jax.process_count())
+        config, workdir, process_index=batch_slice.index, process_count=batch_slice.count,
+        may_prepare=is_main)
     encoder = builders.encoder_config(config, tokenizer.vocab_size, tokenizer.special.pad)
     layout = {k: v for k, v in dataclasses.asdict(encoder).items() if k in _LAYOUT_FIELDS}
-    if is_main:
-        heads = {"nsp": objective.nsp, "sbo": objective.sbo,
-                 "max_span_length": config.masking.max_span_length}
-        check_run_record(workdir, {"model": layout, "objective": objective.name}, info={
+    heads = {"nsp": objective.nsp, "sbo": objective.sbo,
+             "max_span_length": config.masking.max_span_length}
+    # Process 0 keeps the record; a refusal there must stop every process, not only process 0.
+    distributed.run_on_process_zero(lambda: check_run_record(
+        workdir, {"model": layout, "objective": objective.name}, info={
             "encoder": dataclasses.asdict(encoder), "heads": heads, "task": "pretrain",
             "tokenizer_dir": os.path.abspath(
-                os.path.join(builders.prepared_dir(config, workdir), "tokenizer"))})
+                os.path.join(builders.prepared_dir(config, workdir), "tokenizer"))}),
+        "checking the run record")
 
     model = BertForPretraining(encoder, nsp=objective.nsp, sbo=objective.sbo,
                                max_span_length=config.masking.max_span_length)
@@ -92,12 +101,23 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                             nsp=objective.nsp, span=span, sharding=batch_sharding)
 
     first_shapes = shapes_for(schedule.phase_at(0))
+    abstract, shardings = abstract_train_state(model, optimizer, first_shapes, mesh,
+                                               config.train.seed)
+    train_step = make_train_step(model, optimizer, mesh, shardings,
+                                 accumulation_steps=config.train.accumulation_steps)
+    # Compiled from shapes alone, before any state exists: a config that does not fit is
+    # refused before a byte of it is allocated.
+    compiled = {}
+    for phase in schedule.phases:
+        if phase_end(schedule, phase, total_steps) > (done or 0):
+            compiled[phase.seq_len] = compile_step(
+                train_step, abstract, shapes_for(phase),
+                name=f"train step at {phase.seq_len} tokens", verbose=is_main,
+                device_memory_gb=config.train.device_memory_gb)
     checkpointer = Checkpointer(workdir, keep=config.train.keep_checkpoints)
     latest = checkpointer.latest_step()
     data_state = None
     if latest is not None:
-        abstract, shardings = abstract_train_state(model, optimizer, first_shapes, mesh,
-                                                   config.train.seed)
         state, data_state = checkpointer.restore(latest, abstract)
         start_step = latest
         if is_main:
@@ -116,15 +136,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if is_main:
         print(f"model: {config.model.preset} ({param_count(state.params):,} parameters), "
               f"objective {objective.name}, mesh {dict(mesh.shape)}", file=sys.stderr)
-    train_step = make_train_step(model, optimizer, mesh, shardings,
-                                 accumulation_steps=config.train.accumulation_steps)
     eval_step = make_eval_step(model, mesh, shardings)
-    compiled = {}
-    for phase in schedule.phases:
-        if phase_end(schedule, phase, total_steps) > start_step:
-            compiled[phase.seq_len] = compile_step(
-                train_step, abstract_like(state), shapes_for(phase),
-                name=f"train step at {phase.seq_len} tokens", verbose=is_main)
 
     def step_fn(state, local_batch):
         seq_len = local_batch["input_ids"].shape[1]
