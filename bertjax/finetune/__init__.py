@@ -1,0 +1,1 @@
+"""Fine-tuning: task heads on a pretrained encoder, readers, features, metrics and the trainer."""

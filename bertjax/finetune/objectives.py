@@ -1,0 +1,99 @@
+"""The fine-tuning losses as `Objective`s for the generic train step (bertjax.train.step).
+
+Each keeps sums and a weight (`task_loss_sum`, `task_correct`, `task_weight`), so micro-batches,
+devices and log windows add up exactly; zero-weight rows (batch padding) count nowhere.
+
+    classification  mean cross-entropy over examples
+    regression      mean squared error over examples
+    tagging         mean cross-entropy over tagged positions (label_mask)
+    tagging + CRF   mean negative log-likelihood of the tag sequence, over examples
+    spans           mean of the start and end cross-entropies over examples (context only)
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import jax
+import jax.numpy as jnp
+
+from bertjax.finetune import crf
+from bertjax.train.objectives import Objective
+
+EPS = 1e-8
+
+
+def _nll_and_correct(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
+    logits = logits.astype(jnp.float32)
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(log_probs, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+    return nll, (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+
+
+def _weighted(loss: jax.Array, weight: jax.Array, correct: jax.Array | None = None) -> dict:
+    sums = {"task_loss_sum": jnp.sum(weight * loss), "task_weight": jnp.sum(weight)}
+    if correct is not None:
+        sums["task_correct"] = jnp.sum(weight * correct)
+    return sums
+
+
+def _example_weights(batch: Mapping) -> dict:
+    return {"task_weight": jnp.sum(batch["weight"].astype(jnp.float32))}
+
+
+def _token_weights(batch: Mapping) -> jax.Array:
+    return batch["label_mask"].astype(jnp.float32) * batch["weight"].astype(jnp.float32)[:, None]
+
+
+def loss_from_sums(sums: Mapping, normalizers: Mapping | None = None) -> jax.Array:
+    normalizers = sums if normalizers is None else normalizers
+    return sums["task_loss_sum"] / jnp.maximum(normalizers["task_weight"], EPS)
+
+
+def summarize(sums: Mapping[str, float]) -> dict[str, float]:
+    weight = max(float(sums.get("task_weight", 0.0)), EPS)
+    out = {"task_loss": float(sums.get("task_loss_sum", 0.0)) / weight}
+    if "task_correct" in sums:
+        out["accuracy"] = float(sums["task_correct"]) / weight
+    return out
+
+
+def classification_sums(outputs: Mapping, batch: Mapping) -> dict:
+    nll, correct = _nll_and_correct(outputs["logits"], batch["label"])
+    return _weighted(nll, batch["weight"].astype(jnp.float32), correct)
+
+
+def regression_sums(outputs: Mapping, batch: Mapping) -> dict:
+    error = outputs["logits"][:, 0].astype(jnp.float32) - batch["label"].astype(jnp.float32)
+    return _weighted(error * error, batch["weight"].astype(jnp.float32))
+
+
+def tagging_sums(outputs: Mapping, batch: Mapping) -> dict:
+    nll, correct = _nll_and_correct(outputs["logits"], batch["label_ids"])
+    return _weighted(nll, _token_weights(batch), correct)
+
+
+def tagging_normalizers(batch: Mapping) -> dict:
+    return {"task_weight": jnp.sum(_token_weights(batch))}
+
+
+def crf_sums(outputs: Mapping, batch: Mapping) -> dict:
+    p = outputs["crf"]
+    log_likelihood = crf.log_likelihood(outputs["logits"], batch["label_ids"],
+                                        batch["label_mask"], p["transitions"],
+                                        p["start_transitions"], p["end_transitions"])
+    return _weighted(-log_likelihood, batch["weight"].astype(jnp.float32))
+
+
+def span_sums(outputs: Mapping, batch: Mapping) -> dict:
+    start_nll, start_ok = _nll_and_correct(outputs["start_logits"], batch["start_positions"])
+    end_nll, end_ok = _nll_and_correct(outputs["end_logits"], batch["end_positions"])
+    return _weighted((start_nll + end_nll) / 2, batch["weight"].astype(jnp.float32),
+                     start_ok * end_ok)
+
+
+CLASSIFICATION = Objective(classification_sums, _example_weights, loss_from_sums, summarize)
+REGRESSION = Objective(regression_sums, _example_weights, loss_from_sums, summarize)
+TAGGING = Objective(tagging_sums, tagging_normalizers, loss_from_sums, summarize)
+CRF_TAGGING = Objective(crf_sums, _example_weights, loss_from_sums, summarize)
+SPANS = Objective(span_sums, _example_weights, loss_from_sums, summarize)

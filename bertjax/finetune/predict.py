@@ -1,0 +1,115 @@
+"""Predict mode: the best checkpoint of a finished fine-tuning workdir, applied to a file.
+
+    python -m bertjax.main --config=configs/finetune_X.py --workdir=DIR --config.mode=predict \
+        --config.data.predict=PATH [--config.predict_output=OUT]
+
+Writes OUT (default DIR/predictions.jsonl): one JSON object per example, in input order:
+classification {"id", "label", "probabilities"}, regression {"id", "score"}, token
+classification {"id", "words", "tags"}; for QA, DIR/predictions.json maps each question id to its
+answer text (the official SQuAD evaluation script's input). Labels in PATH are ignored. An
+existing OUT is never overwritten.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+
+import jax
+import ml_collections
+import optax
+
+from bertjax import builders
+from bertjax.data.tokenizer import load_tokenizer
+from bertjax.errors import UserError
+from bertjax.finetune import evaluation, readers
+from bertjax.finetune.batches import process_share
+from bertjax.finetune.settings import Settings
+from bertjax.finetune.tasks import task_class
+from bertjax.interop import params_dir
+from bertjax.model.config import EncoderConfig
+from bertjax.train.state import abstract_train_state
+from bertjax.train.step import make_predict_step
+
+RESULTS_FILE = "results.json"
+
+
+def _unlabeled(example):
+    if isinstance(example, readers.TextExample):
+        return dataclasses.replace(example, label=None)
+    if isinstance(example, readers.TaggedExample):
+        return dataclasses.replace(example, tags=None)
+    return example  # QA answers are not read outside training
+
+
+def _source_run(workdir: str, task: str) -> tuple[str, dict, int | None]:
+    """(directory holding the checkpoints, its run.json, the step to use)."""
+    results = evaluation.read_json(os.path.join(workdir, RESULTS_FILE)) or {}
+    directory = results.get("best_workdir") or workdir
+    record = evaluation.read_json(os.path.join(directory, "run.json"))
+    if not record or not str(record.get("task", "")).startswith("finetune"):
+        raise UserError(f"{workdir} holds no fine-tuning run (no run.json of a finetune task); "
+                        "train first with --config.mode=train")
+    if record["task"] != task:
+        raise UserError(f"{workdir} holds a {record['task']} run, the config says {task}")
+    if not results.get("finished"):
+        print(f"note: the run in {workdir} has not finished; predicting with its latest "
+              "checkpoint", file=sys.stderr)
+    return directory, record, results.get("best_step") if results.get("finished") else None
+
+
+def _output_path(s: Settings, workdir: str, qa: bool) -> str:
+    path = s.predict_output or os.path.join(workdir,
+                                            "predictions.json" if qa else "predictions.jsonl")
+    if os.path.exists(path):
+        raise UserError(f"{path} exists; choose another --config.predict_output or remove it")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UserError(f"the directory of {path} does not exist")
+    return path
+
+
+def run(config: ml_collections.ConfigDict, s: Settings, workdir: str) -> dict:
+    cls = task_class(s.task)
+    directory, record, step = _source_run(workdir, s.task)
+    heads = record.get("heads") or {}
+    task_settings = dataclasses.replace(s.task_settings, crf=bool(heads.get("crf")),
+                                        labels=tuple(heads.get("labels") or ()))
+    task = cls(task_settings, heads.get("labels") or [])
+    output = _output_path(s, workdir, qa=cls.kind == "qa")
+    source = s.data.source(s.data.predict, labeled=False, regression=cls.regression)
+    examples = [_unlabeled(e) for e in readers.read(source, cls.kind)]
+    tokenizer = load_tokenizer(record["tokenizer_dir"])
+    features = task.featurize(tokenizer, examples, s.data.predict, training=False)
+    readers.report_counts(s.data.predict, features.counts)
+
+    bundle = params_dir.load_from_workdir(directory, step)
+    model = task.model(EncoderConfig(**record["encoder"]), False)
+    mesh = builders.mesh(config)
+    batch_size = s.train.eval_batch_size
+    shapes = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype)
+              for k, v in features.arrays.items()}
+    _, shardings = abstract_train_state(model, optax.identity(), shapes, mesh)
+    params = jax.device_put(bundle.params, shardings.params)
+    index, count = process_share(mesh)
+    local = slice(index * batch_size // count, (index + 1) * batch_size // count)
+    evaluator = evaluation.Evaluator(task, make_predict_step(model, mesh, shardings), mesh,
+                                     features, examples, batch_size, local)
+    predictions = task.predict(examples, features, evaluator.outputs(params))
+    if jax.process_index() == 0:
+        _write(output, predictions)
+        print(f"wrote {len(examples)} predictions to {output} (checkpoint step "
+              f"{bundle.info.get('step')} of {directory})", file=sys.stderr)
+    return {"predictions": output, "count": len(examples), "step": bundle.info.get("step")}
+
+
+def _write(path: str, predictions) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        if isinstance(predictions, dict):
+            json.dump(predictions, f, indent=1, ensure_ascii=False)
+        else:
+            f.writelines(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
+    os.replace(tmp, path)

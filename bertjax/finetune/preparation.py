@@ -1,0 +1,63 @@
+"""The data side of a fine-tuning run: starting point, examples and features, prepared once and
+shared by every restart. Every input problem is refused here, before anything is written."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import ml_collections
+import numpy as np
+
+from bertjax.errors import UserError
+from bertjax.finetune import readers
+from bertjax.finetune import settings as settings_lib
+from bertjax.finetune import starting_point as start_lib
+from bertjax.finetune.tasks import Task, task_class
+
+
+@dataclasses.dataclass
+class Prepared:
+    """Everything a training run needs that does not depend on its seed."""
+
+    start: start_lib.Start
+    task: Task
+    train_examples: list
+    eval_examples: list
+    train_features: object
+    eval_features: object
+    counted: dict  # per split: skipped or truncated examples, by reason
+
+
+def _limited(examples: list, limit: int) -> list:
+    """A fixed sample of `limit` examples in file order (files are often sorted by label, so
+    the first `limit` would not do)."""
+    if not limit or limit >= len(examples):
+        return examples
+    chosen = np.sort(np.random.default_rng(0).permutation(len(examples))[:limit])
+    return [examples[i] for i in chosen]
+
+
+def prepare(config: ml_collections.ConfigDict, s: settings_lib.Settings) -> Prepared:
+    """Reads and featurizes the data; every input problem is refused here, before any write."""
+    cls = task_class(s.task)
+    start = start_lib.starting_point(config, s.init_checkpoint, s.data.tokenizer)
+
+    def read(path: str) -> list:
+        source = s.data.source(path, labeled=True, regression=cls.regression)
+        return readers.read(source, cls.kind)
+
+    train_examples = _limited(read(s.data.train), s.data.max_train_examples)
+    eval_examples = _limited(read(s.data.eval), s.data.max_eval_examples)
+    task = cls(s.task_settings, cls.labels_from(train_examples, s.task_settings))
+    train_features = task.featurize(start.tokenizer, train_examples, s.data.train, training=True)
+    eval_features = task.featurize(start.tokenizer, eval_examples, s.data.eval, training=False)
+    if not len(train_features):
+        raise UserError(f"no training example of {s.data.train} could be used: "
+                        f"{dict(train_features.counts) or 'none left'}")
+    counted = {"train": dict(train_features.counts), "eval": dict(eval_features.counts)}
+    if jax.process_index() == 0:
+        readers.report_counts(s.data.train, train_features.counts)
+        readers.report_counts(s.data.eval, eval_features.counts)
+    return Prepared(start, task, train_examples, eval_examples, train_features, eval_features,
+                    counted)

@@ -1,0 +1,286 @@
+"""Fine-tuning data in: named-column tables (GLUE-style TSV, CSV, JSONL), CoNLL, SQuAD v1.1 JSON,
+TFDS (`tfds:glue/sst2:validation`) and the packaged real datasets (`packaged:NAME:SPLIT`).
+
+Every reader returns plain examples; a problem with the input is a UserError naming the file and
+the line (a column that does not exist, a missing label, a malformed row), never a traceback.
+Labels stay strings here (numbers for regression); the task maps them to ids.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+import sys
+from typing import Iterator
+
+from bertjax.errors import UserError
+
+FORMATS = ("tsv", "csv", "jsonl", "conll", "squad")
+_EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".conll": "conll",
+               ".json": "squad"}
+TFDS_PREFIX = "tfds:"
+PACKAGED_PREFIX = "packaged:"
+
+
+@dataclasses.dataclass
+class TextExample:
+    id: str
+    text: str
+    text_pair: str | None = None
+    label: str | float | None = None
+
+
+@dataclasses.dataclass
+class TaggedExample:
+    id: str
+    words: list[str]
+    tags: list[str] | None = None
+
+
+@dataclasses.dataclass
+class QAExample:
+    id: str
+    question: str
+    context: str
+    answers: list[tuple[str, int]]  # (text, character offset in the context)
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    text: str = "sentence"
+    text_pair: str = ""  # empty: single sentences
+    label: str = "label"
+    id: str = ""  # empty: the row number
+
+
+@dataclasses.dataclass
+class Source:
+    """Where examples come from and how to read them."""
+
+    path: str
+    format: str = ""  # empty: from the file extension
+    columns: Columns = Columns()
+    labeled: bool = True  # False for prediction inputs: labels are optional
+    regression: bool = False
+    tfds_data_dir: str | None = None
+
+
+def resolve_format(path: str, given: str, default: str) -> str:
+    if given:
+        if given not in FORMATS:
+            raise UserError(f"data.format must be one of {', '.join(FORMATS)}, got {given!r}")
+        return given
+    return _EXTENSIONS.get(os.path.splitext(path)[1].lower(), default)
+
+
+def read(source: Source, kind: str) -> list:
+    """Examples of `kind` ("text", "tagged" or "qa") from `source`; UserError when empty."""
+    if source.path.startswith(PACKAGED_PREFIX):
+        from bertjax.finetune import datasets
+
+        examples = datasets.read_packaged(source.path, kind)
+    elif source.path.startswith(TFDS_PREFIX):
+        examples = _read_tfds(source, kind)
+    else:
+        if not os.path.isfile(source.path):
+            raise UserError(f"data file not found: {source.path}")
+        default = {"text": "tsv", "tagged": "conll", "qa": "squad"}[kind]
+        fmt = resolve_format(source.path, source.format, default)
+        expected = {"text": ("tsv", "csv", "jsonl"), "tagged": ("conll",), "qa": ("squad",)}[kind]
+        if fmt not in expected:
+            raise UserError(f"{source.path}: format {fmt} cannot hold this task's examples "
+                            f"(use {' or '.join(expected)})")
+        if fmt == "conll":
+            examples = read_conll(source.path, labeled=source.labeled)
+        elif fmt == "squad":
+            examples = read_squad(source.path)
+        else:
+            examples = list(_text_examples(_rows(source.path, fmt), source))
+    if not examples:
+        raise UserError(f"no examples in {source.path}")
+    return examples
+
+
+def _rows(path: str, fmt: str) -> Iterator[tuple[int, dict]]:
+    """(line number, {column: value}) for every data row of a table file."""
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            if fmt == "jsonl":
+                for number, line in enumerate(f, 1):
+                    if line.strip():
+                        yield number, _json_row(path, number, line)
+                return
+            # GLUE's TSVs contain unbalanced quotes that are part of the text: no quoting there.
+            quoting = csv.QUOTE_NONE if fmt == "tsv" else csv.QUOTE_MINIMAL
+            reader = csv.reader(f, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+            header = next(reader, None)
+            if header is None:
+                return
+            for row in reader:
+                if not any(cell.strip() for cell in row):
+                    continue
+                if len(row) != len(header):
+                    raise UserError(f"{path}:{reader.line_num}: {len(row)} fields, the header "
+                                    f"has {len(header)}")
+                yield reader.line_num, dict(zip(header, row))
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text: {e.reason}") from None
+    except csv.Error as e:
+        raise UserError(f"{path}: malformed {fmt}: {e}") from None
+
+
+def _json_row(path: str, number: int, line: str) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{number}: not JSON: {e.msg}") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{path}:{number}: expected a JSON object per line")
+    return row
+
+
+def _text_examples(rows: Iterator[tuple[int, dict]], source: Source) -> Iterator[TextExample]:
+    c = source.columns
+    wanted = [name for name in (c.text, c.text_pair, c.id) if name]
+    for number, row in rows:
+        where = f"{source.path}:{number}"
+        for name in wanted + ([c.label] if source.labeled else []):
+            if name not in row:
+                raise UserError(f"{where}: no column {name!r} (columns: "
+                                f"{', '.join(map(str, row))}); set data.*_column")
+        yield TextExample(
+            id=str(row[c.id]) if c.id else str(number),
+            text=_text(row[c.text], where, c.text),
+            text_pair=_text(row[c.text_pair], where, c.text_pair) if c.text_pair else None,
+            label=_label(row.get(c.label), where, source))
+
+
+def _text(value, where: str, column: str) -> str:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    if not isinstance(value, str):
+        raise UserError(f"{where}: column {column!r} is not text: {value!r}")
+    return value
+
+
+def _label(value, where: str, source: Source) -> str | float | None:
+    text = value.decode("utf-8") if isinstance(value, bytes) else value
+    if isinstance(text, str):
+        text = text.strip()
+    if text in ("", None):
+        if source.labeled:
+            raise UserError(f"{where}: the label is missing")
+        return None
+    if source.regression:
+        try:
+            return float(text)
+        except (TypeError, ValueError):
+            raise UserError(f"{where}: the label {text!r} is not a number") from None
+    return str(text)
+
+
+def read_conll(path: str, labeled: bool = True) -> list[TaggedExample]:
+    """CoNLL: one token a line with its tag in the LAST field (tab- or space-separated), a blank
+    line between sentences; -DOCSTART- lines are skipped. Unlabeled input: one token a line."""
+    examples: list[TaggedExample] = []
+    words: list[str] = []
+    tags: list[str] = []
+
+    def close() -> None:
+        if words:
+            examples.append(TaggedExample(str(len(examples)), list(words),
+                                          list(tags) if labeled else None))
+        words.clear()
+        tags.clear()
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                line = line.rstrip("\r\n")
+                fields = line.split("\t") if "\t" in line else line.split()
+                fields = [x.strip() for x in fields]
+                if not any(fields):
+                    close()
+                    continue
+                if fields[0] == "-DOCSTART-":
+                    continue
+                if labeled and (len(fields) < 2 or not fields[-1]):
+                    raise UserError(f"{path}:{number}: expected 'token<TAB>tag', the tag is "
+                                    "missing")
+                words.append(fields[0])
+                tags.append(fields[-1])
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path} is not UTF-8 text: {e.reason}") from None
+    close()
+    return examples
+
+
+def read_squad(path: str) -> list[QAExample]:
+    """SQuAD v1.1 JSON: data -> paragraphs -> qas; answers may be empty (prediction inputs)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            document = json.load(f)
+        examples = []
+        for article in document["data"]:
+            for paragraph in article["paragraphs"]:
+                context = paragraph["context"]
+                for qa in paragraph["qas"]:
+                    answers = [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
+                    examples.append(QAExample(str(qa["id"]), qa["question"], context, answers))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path} is not SQuAD JSON: {e}") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path} is not SQuAD v1.1 JSON (data/paragraphs/qas): missing or bad "
+                        f"{e}") from None
+    return examples
+
+
+def _read_tfds(source: Source, kind: str) -> list[TextExample]:
+    """A TFDS dataset prepared in array_record format (read without TensorFlow), e.g. GLUE."""
+    if kind != "text":
+        raise UserError(f"{source.path}: TFDS input is supported for sentence tasks only")
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        raise UserError(f"reading {source.path} needs tensorflow-datasets: "
+                        "pip install bertjax[tfds]") from None
+    from bertjax.data.sources import parse_tfds_spec
+
+    name, split = parse_tfds_spec(source.path)
+    if name.startswith("glue"):
+        import tensorflow_datasets.text.glue  # noqa: F401  (registers the glue/* builders)
+    try:
+        data = tfds.data_source(name, split=split, data_dir=source.tfds_data_dir, download=False)
+    except Exception as e:  # tfds reports a missing dataset through several exception types
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"cannot open TFDS dataset {name} (split {split}); prepare it first with "
+                        f"`tfds build {name} --file_format=array_record` (GLUE downloads its "
+                        f"files, so this needs network access): {first}") from None
+    label_names = _class_names(data, source.columns.label)
+    rows = []
+    for index in range(len(data)):
+        record = dict(data[index])
+        label = record.get(source.columns.label)
+        if label is not None and label_names is not None:
+            label = label_names[int(label)] if int(label) >= 0 else None  # GLUE test: -1
+        elif label is not None and not source.regression:
+            label = str(label)
+        rows.append((index, {**record, source.columns.label: label}))
+    return list(_text_examples(iter(rows), source))
+
+
+def _class_names(data, column: str) -> list[str] | None:
+    try:
+        feature = data.dataset_info.features[column]
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return list(feature.names) if hasattr(feature, "names") else None
+
+
+def report_counts(what: str, counts: dict[str, int]) -> None:
+    """One stderr line per counted event (skipped or truncated examples are never silent)."""
+    for reason, count in sorted(counts.items()):
+        if count:
+            print(f"{what}: {count} {reason}", file=sys.stderr)

@@ -1,0 +1,127 @@
+"""Config in, typed fine-tuning settings out: the one place that reads a fine-tuning ConfigDict
+(besides `builders.encoder_config` and `builders.mesh`, which serve both kinds of job).
+
+Everything is checked here, before any file is read or written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+from bertjax.errors import UserError
+from bertjax.finetune.readers import Columns, Source
+from bertjax.finetune.tasks import TaskSettings, task_class
+from bertjax.train.optimizer import OptimizerConfig
+
+MODES = ("train", "predict")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+    train: str
+    eval: str
+    predict: str
+    format: str
+    columns: Columns
+    tokenizer: str
+    max_train_examples: int
+    max_eval_examples: int
+    tfds_data_dir: str | None
+
+    def source(self, path: str, *, labeled: bool, regression: bool) -> Source:
+        return Source(path, self.format, self.columns, labeled=labeled, regression=regression,
+                      tfds_data_dir=self.tfds_data_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    epochs: int
+    steps: int
+    batch_size: int
+    eval_batch_size: int
+    accumulation_steps: int
+    seed: int
+    restarts: int
+    log_every: int
+    checkpoint_every: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    task: str
+    mode: str
+    init_checkpoint: str
+    predict_output: str
+    reinit_top_layers: int
+    freeze_encoder: bool
+    data: DataSettings
+    train: TrainSettings
+    task_settings: TaskSettings
+    optimizer: dict  # OptimizerConfig fields but total/warmup steps (known once data is read)
+    warmup_fraction: float
+
+    def optimizer_config(self, total_steps: int) -> OptimizerConfig:
+        warmup = int(round(self.warmup_fraction * total_steps))
+        try:
+            return OptimizerConfig(total_steps=total_steps, warmup_steps=warmup, **self.optimizer)
+        except TypeError as e:  # an optimizer key OptimizerConfig does not have
+            raise UserError(f"bad optimizer setting: {e}") from None
+
+
+def settings(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Settings:
+    """Typed settings; `require_data=False` checks a config file alone (no data paths needed)."""
+    if config.mode not in MODES:
+        raise UserError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
+    task_class(config.task)  # an unknown task name is refused by name
+    d, t, f = config.data, config.train, config.finetune
+    data = DataSettings(
+        train=d.train.strip(), eval=d.eval.strip(), predict=d.predict.strip(),
+        format=d.format.strip(),
+        columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column),
+        tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
+        max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
+    train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
+                          t.accumulation_steps, t.seed, t.restarts, t.log_every,
+                          t.checkpoint_every)
+    _check_train(train)
+    if require_data and config.mode == "train" and not (data.train and data.eval):
+        raise UserError("fine-tuning needs data.train and data.eval (the dev set picks the best "
+                        "checkpoint): set --config.data.train=PATH --config.data.eval=PATH")
+    if require_data and config.mode == "predict" and not data.predict:
+        raise UserError("predict mode needs --config.data.predict=PATH")
+    if f.reinit_top_layers < 0:
+        raise UserError(f"finetune.reinit_top_layers must be >= 0, got {f.reinit_top_layers}")
+    labels = tuple(x.strip() for x in d.labels.split(",") if x.strip())
+    task = TaskSettings(max_seq_len=d.max_seq_len, labels=labels, main_metric=t.main_metric,
+                        all_subwords=f.label_all_subwords, crf=f.crf, doc_stride=d.doc_stride,
+                        max_query_length=d.max_query_length,
+                        max_answer_length=d.max_answer_length)
+    if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
+        raise UserError(f"data.max_seq_len {d.max_seq_len} leaves no room for the context after "
+                        f"a question of data.max_query_length {d.max_query_length} tokens")
+    optimizer = {k: config.optimizer[k] for k in config.optimizer.keys()
+                 if k != "warmup_fraction"}
+    fraction = config.optimizer.warmup_fraction
+    if not 0.0 <= fraction <= 1.0:
+        raise UserError(f"optimizer.warmup_fraction must be in [0, 1], got {fraction}")
+    result = Settings(config.task, config.mode, config.init_checkpoint.strip(),
+                      config.predict_output, f.reinit_top_layers, f.freeze_encoder, data, train,
+                      task, optimizer, fraction)
+    result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
+    return result
+
+
+def _check_train(t: TrainSettings) -> None:
+    for name in ("batch_size", "eval_batch_size", "accumulation_steps", "restarts"):
+        if getattr(t, name) <= 0:
+            raise UserError(f"train.{name} must be positive, got {getattr(t, name)}")
+    for name in ("epochs", "steps", "log_every", "checkpoint_every"):
+        if getattr(t, name) < 0:
+            raise UserError(f"train.{name} must not be negative, got {getattr(t, name)}")
+    if t.epochs == 0 and t.steps == 0:
+        raise UserError("set train.epochs (or train.steps) to a positive number")
+    if t.batch_size % t.accumulation_steps:
+        raise UserError(f"train.batch_size {t.batch_size} is not divisible by "
+                        f"train.accumulation_steps {t.accumulation_steps}")

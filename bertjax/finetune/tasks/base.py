@@ -1,0 +1,112 @@
+"""What every fine-tuning task supplies to the trainer.
+
+A task knows its labels (fixed from the training data, or given), its head, its objective, how to
+turn examples into features, and how to turn the model's outputs for a feature set back into
+metrics and predictions (on the host: F1, correlations and span search need every output).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Sequence
+
+import flax.linen as nn
+import numpy as np
+
+from bertjax.data.tokenizer import Tokenizer
+from bertjax.errors import UserError
+from bertjax.finetune.features import Features
+from bertjax.model.config import EncoderConfig
+from bertjax.train.objectives import Objective
+
+Outputs = dict[str, np.ndarray]  # the model's outputs for every feature row, on the host
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSettings:
+    max_seq_len: int = 128
+    labels: tuple[str, ...] = ()  # the label order (ids); empty: sorted labels of the training set
+    main_metric: str = ""  # what picks the best checkpoint; empty: the task's default
+    all_subwords: bool = True  # token classification: tag every subword (else the first only)
+    crf: bool = False  # token classification: a linear-chain CRF on the emissions
+    doc_stride: int = 128  # QA
+    max_query_length: int = 64  # QA
+    max_answer_length: int = 30  # QA, in tokens
+
+    def __post_init__(self):
+        if self.max_seq_len < 8:
+            raise UserError(f"data.max_seq_len must be at least 8, got {self.max_seq_len}")
+        for name in ("doc_stride", "max_query_length", "max_answer_length"):
+            if getattr(self, name) < 1:
+                raise UserError(f"data.{name} must be positive, got {getattr(self, name)}")
+
+
+class Task(abc.ABC):
+    head: str  # run.json heads.head, read by export
+    kind: str  # the examples it reads: "text", "tagged" or "qa"
+    metrics: tuple[str, ...]  # what `evaluate` reports; the first is the default main metric
+    regression = False
+
+    def __init__(self, settings: TaskSettings, labels: Sequence[str]):
+        self.settings = settings
+        self.labels = list(labels)
+        self.main_metric = settings.main_metric or self.metrics[0]
+        if self.main_metric not in self.metrics:
+            raise UserError(f"train.main_metric {self.main_metric!r} is not a metric of this "
+                            f"task ({', '.join(self.metrics)})")
+
+    @classmethod
+    @abc.abstractmethod
+    def labels_from(cls, examples: Sequence, settings: TaskSettings) -> list[str]:
+        """The label list, from the training examples (or checked against settings.labels)."""
+
+    @property
+    @abc.abstractmethod
+    def objective(self) -> Objective: ...
+
+    @abc.abstractmethod
+    def model(self, encoder: EncoderConfig, freeze_encoder: bool) -> nn.Module: ...
+
+    @abc.abstractmethod
+    def featurize(self, tokenizer: Tokenizer, examples: Sequence, where: str, *,
+                  training: bool) -> Features:
+        """Features; a label unseen in training is a UserError naming `where`."""
+
+    @abc.abstractmethod
+    def evaluate(self, examples: Sequence, features: Features, outputs: Outputs) -> dict:
+        """Metrics (names in `metrics`) of the outputs against the examples' labels."""
+
+    @abc.abstractmethod
+    def predict(self, examples: Sequence, features: Features, outputs: Outputs) -> Any:
+        """Predictions: a list of JSON records (one per example), or a JSON object (QA)."""
+
+    def heads_info(self) -> dict:
+        return {"head": self.head, "num_labels": len(self.labels), "labels": self.labels,
+                "crf": False}
+
+    def output_keys(self) -> tuple[str, ...]:
+        """The model outputs evaluation needs (others stay on the device)."""
+        return ("logits",)
+
+
+def ids_of(values: Sequence[str], labels: Sequence[str], where: str) -> np.ndarray:
+    """Label ids; labels the training set did not have are refused by name."""
+    index = {label: i for i, label in enumerate(labels)}
+    unseen = sorted({v for v in values if v not in index})
+    if unseen:
+        shown = ", ".join(repr(u) for u in unseen[:5]) + (" ..." if len(unseen) > 5 else "")
+        raise UserError(f"{where}: label(s) {shown} not seen in training (labels: "
+                        f"{', '.join(labels)}); set data.labels to list every label")
+    return np.asarray([index[v] for v in values], np.int32)
+
+
+def checked_labels(found: Sequence[str], given: Sequence[str], where: str) -> list[str]:
+    """`given` (if set, every found label must be in it), else the sorted found labels."""
+    if given:
+        missing = sorted(set(found) - set(given))
+        if missing:
+            raise UserError(f"{where}: label(s) {', '.join(map(repr, missing[:5]))} are not in "
+                            f"data.labels ({', '.join(given)})")
+        return list(given)
+    return sorted(set(found))

@@ -1,0 +1,81 @@
+"""Extractive question answering (SQuAD v1.1): the best span over every window of a context.
+
+A span (s, e) is a candidate when both ends are context tokens, s <= e, it is at most
+`max_answer_length` tokens long, and window gives `s` its maximal context (each token is judged in
+one window only); its score is start_logit[s] + end_logit[e]. The answer is the original context
+text from the first word's first character to the last word's last one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bertjax.finetune import features as feats
+from bertjax.finetune import metrics, objectives
+from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings
+from bertjax.model.task_heads import SpanExtractor
+
+
+def best_span(start_logits: np.ndarray, end_logits: np.ndarray, allowed_start: np.ndarray,
+              allowed_end: np.ndarray, max_length: int) -> tuple[float, int, int]:
+    """(score, start, end) of the best span in one window; score -inf when there is none."""
+    starts, ends = np.flatnonzero(allowed_start), np.flatnonzero(allowed_end)
+    if not starts.size or not ends.size:
+        return -np.inf, -1, -1
+    scores = start_logits[starts][:, None] + end_logits[ends][None, :]
+    gap = ends[None, :] - starts[:, None]
+    scores = np.where((gap >= 0) & (gap < max_length), scores, -np.inf)
+    flat = int(np.argmax(scores))
+    i, j = divmod(flat, len(ends))
+    return float(scores[i, j]), int(starts[i]), int(ends[j])
+
+
+class QuestionAnswering(Task):
+    head = "question_answering"
+    kind = "qa"
+    metrics = ("f1", "exact_match")
+    objective = objectives.SPANS
+
+    @classmethod
+    def labels_from(cls, examples, settings: TaskSettings) -> list[str]:
+        return ["start", "end"]
+
+    def model(self, encoder, freeze_encoder):
+        return SpanExtractor(encoder, freeze_encoder=freeze_encoder)
+
+    def featurize(self, tokenizer, examples, where, *, training):
+        s = self.settings
+        return feats.encode_qa(tokenizer, examples, feats.QASettings(
+            s.max_seq_len, s.doc_stride, s.max_query_length, training=training))
+
+    def answers(self, examples, features, outputs: Outputs) -> dict[str, str]:
+        w = features.windows
+        best: dict[int, tuple[float, int, int, int]] = {}
+        for row, index in enumerate(w.example):
+            in_context = w.token_word[row] >= 0
+            score, s, e = best_span(outputs["start_logits"][row], outputs["end_logits"][row],
+                                    in_context & w.max_context[row], in_context,
+                                    self.settings.max_answer_length)
+            if s >= 0 and score > best.get(int(index), (-np.inf,))[0]:
+                best[int(index)] = (score, row, s, e)
+        out = {}
+        for index, example in enumerate(examples):
+            if index not in best:
+                out[example.id] = ""
+                continue
+            _, row, s, e = best[index]
+            offsets = w.word_offsets[index]
+            first, last = w.token_word[row, s], w.token_word[row, e]
+            out[example.id] = example.context[offsets[first][0]:offsets[last][1]]
+        return out
+
+    def evaluate(self, examples, features, outputs: Outputs) -> dict:
+        predicted = self.answers(examples, features, outputs)
+        gold = {e.id: [text for text, _ in e.answers] for e in examples}
+        return metrics.squad_scores(gold, predicted)
+
+    def predict(self, examples, features, outputs: Outputs) -> dict[str, str]:
+        return self.answers(examples, features, outputs)
+
+    def output_keys(self) -> tuple[str, ...]:
+        return ("start_logits", "end_logits")

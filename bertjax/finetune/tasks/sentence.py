@@ -1,0 +1,99 @@
+"""Sentence and sentence-pair tasks: classification (accuracy, MCC, F1) and regression (Pearson,
+Spearman). A pair task is a classification whose source names a second text column."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from bertjax.errors import UserError
+from bertjax.finetune import features as feats
+from bertjax.finetune import metrics, objectives
+from bertjax.finetune.readers import TextExample
+from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, checked_labels, ids_of
+from bertjax.model.task_heads import SequenceClassifier
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _check_pairs(examples: Sequence[TextExample], where: str) -> None:
+    paired = {e.text_pair is not None for e in examples}
+    if len(paired) > 1:
+        raise UserError(f"{where}: some examples have a second text and some do not")
+
+
+class Classification(Task):
+    head = "sequence_classification"
+    kind = "text"
+    metrics = ("accuracy", "mcc", "f1")
+    objective = objectives.CLASSIFICATION
+
+    @classmethod
+    def labels_from(cls, examples, settings: TaskSettings) -> list[str]:
+        labels = checked_labels([e.label for e in examples], settings.labels, "the training set")
+        if len(labels) < 2:
+            raise UserError(f"the training set has only the label(s) {labels}: classification "
+                            "needs at least two")
+        return labels
+
+    def model(self, encoder, freeze_encoder):
+        return SequenceClassifier(encoder, len(self.labels), freeze_encoder=freeze_encoder)
+
+    def featurize(self, tokenizer, examples, where, *, training):
+        _check_pairs(examples, where)
+        if all(e.label is None for e in examples):
+            labels = np.zeros(len(examples), np.int32)  # prediction input
+        else:
+            labels = ids_of([e.label for e in examples], self.labels, where)
+        return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len, labels)
+
+    def evaluate(self, examples, features, outputs: Outputs) -> dict:
+        gold = features.arrays["label"]
+        predicted = outputs["logits"].argmax(axis=-1)
+        n = len(self.labels)
+        # Binary F1 is that of the second label ("1" in GLUE's MRPC/QQP); macro F1 otherwise.
+        f1 = (metrics.f1_of_class(gold, predicted, 1) if n == 2
+              else metrics.macro_f1(gold, predicted, n))
+        return {"accuracy": metrics.accuracy(gold, predicted),
+                "mcc": metrics.matthews_corrcoef(gold, predicted, n), "f1": f1}
+
+    def predict(self, examples, features, outputs: Outputs) -> list[dict]:
+        probabilities = _softmax(outputs["logits"].astype(np.float64))
+        return [{"id": e.id, "label": self.labels[int(p.argmax())],
+                 "probabilities": {label: round(float(q), 6) for label, q in zip(self.labels, p)}}
+                for e, p in zip(examples, probabilities)]
+
+
+class Regression(Task):
+    head = "regression"
+    kind = "text"
+    metrics = ("pearson", "spearman", "mse")
+    objective = objectives.REGRESSION
+    regression = True
+
+    @classmethod
+    def labels_from(cls, examples, settings: TaskSettings) -> list[str]:
+        return ["score"]
+
+    def model(self, encoder, freeze_encoder):
+        return SequenceClassifier(encoder, 1, freeze_encoder=freeze_encoder)
+
+    def featurize(self, tokenizer, examples, where, *, training):
+        _check_pairs(examples, where)
+        scores = np.asarray([0.0 if e.label is None else e.label for e in examples], np.float32)
+        return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len, scores)
+
+    def evaluate(self, examples, features, outputs: Outputs) -> dict:
+        gold = features.arrays["label"].astype(np.float64)
+        predicted = outputs["logits"][:, 0].astype(np.float64)
+        return {"pearson": metrics.pearson(gold, predicted),
+                "spearman": metrics.spearman(gold, predicted),
+                "mse": float(np.mean((gold - predicted) ** 2))}
+
+    def predict(self, examples, features, outputs: Outputs) -> list[dict]:
+        return [{"id": e.id, "score": float(s)} for e, s in zip(examples, outputs["logits"][:, 0])]

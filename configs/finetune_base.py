@@ -1,0 +1,100 @@
+"""Shared fine-tuning defaults (Devlin et al., 2019, appendix A.3): AdamW with bias correction,
+learning rate 3e-5 with 10% linear warmup then linear decay, 3 epochs, batch 32, 128 tokens,
+evaluation (and a checkpoint) at every epoch end, the best dev checkpoint kept.
+
+Every configs/finetune_*.py imports this and sets the task and its data:
+
+    python -m bertjax.main --config=configs/finetune_sentiment.py --workdir=DIR \
+        --config.init_checkpoint=PRETRAINED
+
+PRETRAINED is a pretraining workdir, a params export, or `python -m bertjax.convert --from-hf`
+output; the model's shape, vocabulary and tokenizer come from it (model.preset=from_checkpoint).
+Only its encoder (pooler included) is loaded; the task head starts fresh.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    # finetune_classification (one sentence or a pair) | finetune_regression |
+    # finetune_token_classification | finetune_qa
+    config.task = "finetune_classification"
+    config.mode = "train"                   # train | predict
+    config.init_checkpoint = ""
+    # predict mode: where predictions go (default WORKDIR/predictions.jsonl, .json for QA).
+    config.predict_output = ""
+
+    config.model = ml_collections.ConfigDict()
+    # from_checkpoint: shape and vocabulary of init_checkpoint; a preset name (tiny .. large)
+    # trains from scratch (then data.tokenizer is required).
+    config.model.preset = "from_checkpoint"
+    config.model.num_layers = 0
+    config.model.hidden_size = 0
+    config.model.num_heads = 0
+    config.model.intermediate_size = 0
+    config.model.dtype = "float32"
+    config.model.param_dtype = "float32"
+    config.model.hidden_dropout = 0.1       # also the dropout before the classifier
+    config.model.attention_dropout = 0.1
+    config.model.scan_layers = True
+    config.model.remat = "none"
+    config.model.max_position_embeddings = 512
+    config.model.type_vocab_size = 2
+
+    config.finetune = ml_collections.ConfigDict()
+    config.finetune.reinit_top_layers = 0   # re-initialize the top k encoder layers (+ pooler)
+    config.finetune.freeze_encoder = False  # feature-based: train the head only
+    config.finetune.crf = False             # token classification: a linear-chain CRF
+    config.finetune.label_all_subwords = True  # token classification: else first subword only
+
+    config.data = ml_collections.ConfigDict()
+    # Files (or packaged:NAME:SPLIT, tfds:NAME:SPLIT); eval picks the best checkpoint.
+    config.data.train = ""
+    config.data.eval = ""
+    config.data.predict = ""
+    config.data.format = ""                 # tsv | csv | jsonl | conll | squad; empty: extension
+    config.data.text_column = "sentence"
+    config.data.text_pair_column = ""       # e.g. sentence2 for a pair task
+    config.data.label_column = "label"
+    config.data.id_column = ""              # empty: row numbers
+    config.data.labels = ""                 # comma-separated label order; empty: sorted
+    config.data.tokenizer = ""              # empty: the init checkpoint's
+    config.data.max_seq_len = 128
+    config.data.max_train_examples = 0      # 0: all
+    config.data.max_eval_examples = 0
+    config.data.doc_stride = 128            # QA
+    config.data.max_query_length = 64       # QA
+    config.data.max_answer_length = 30      # QA
+    config.data.tfds_data_dir = ""
+
+    config.train = ml_collections.ConfigDict()
+    config.train.epochs = 3
+    config.train.steps = 0                  # 0: epochs x steps per epoch
+    config.train.batch_size = 32            # global
+    config.train.eval_batch_size = 0        # 0: batch_size
+    config.train.accumulation_steps = 1
+    config.train.seed = 0
+    config.train.restarts = 1               # N > 1: N seeds in WORKDIR/restart_K, best kept
+    config.train.main_metric = ""           # what picks the best checkpoint; empty: task default
+    config.train.log_every = 50
+    config.train.checkpoint_every = 0       # extra mid-epoch checkpoints; 0: epoch ends only
+
+    config.optimizer = ml_collections.ConfigDict()
+    config.optimizer.name = "adamw"
+    config.optimizer.learning_rate = 3e-5
+    config.optimizer.warmup_fraction = 0.1  # of all steps
+    config.optimizer.decay = "linear"
+    config.optimizer.end_learning_rate = 0.0
+    config.optimizer.b1 = 0.9
+    config.optimizer.b2 = 0.999
+    config.optimizer.eps = 1e-6
+    config.optimizer.weight_decay = 0.01
+    config.optimizer.bias_correction = True
+    config.optimizer.clip_norm = 1.0
+
+    config.mesh = ml_collections.ConfigDict()
+    config.mesh.data = -1
+    config.mesh.fsdp = 1
+    config.mesh.tensor = 1
+    return config

