@@ -58,7 +58,12 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.text_pair_column = ""       # e.g. sentence2 for a pair task
     config.data.label_column = "label"
     config.data.id_column = ""              # empty: row numbers
-    config.data.labels = ""                 # comma-separated label order; empty: sorted
+    # Comma-separated label order (ids); empty: the training set's labels sorted (a TFDS
+    # ClassLabel's own name order for tfds: sources).
+    config.data.labels = ""
+    # Binary classification: the label whose F1 is reported (one of the labels); empty: the
+    # second label of the order ("1" for labels 0,1; "equivalent" for tfds:glue/mrpc).
+    config.data.positive_label = ""
     config.data.tokenizer = ""              # empty: the init checkpoint's
     config.data.max_seq_len = 128
     config.data.max_train_examples = 0      # 0: all

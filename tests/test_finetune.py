@@ -9,6 +9,7 @@ parameters is tested in test_finetune_start.py.
 
 import json
 import os
+import types
 
 import jax
 import numpy as np
@@ -16,7 +17,8 @@ import pytest
 
 import finetune_data
 from bertjax import main
-from bertjax.finetune import readers
+from bertjax.finetune import predict, readers, trainer
+from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.interop import params_dir
 from bertjax.train import checkpoint
 from bertjax.train.metrics import read_metrics
@@ -257,6 +259,52 @@ def test_predict_writes_labels_for_a_file(sentiment_run, tmp_path, capsys):
     capsys.readouterr()
     assert finetune("finetune_sentiment", sentiment_run, **args) == 2  # never overwritten
     assert "exists" in capsys.readouterr().err
+    with open(os.path.join(sentiment_run, "run.json")) as f:
+        record = json.load(f)
+    assert set(record["heads"]) == {"head", "num_labels", "labels", "crf"}  # what export reads
+    assert record["task_settings"]["max_seq_len"] == SENTIMENT["data.max_seq_len"]
+
+
+def test_predict_uses_the_settings_the_run_was_trained_with():
+    cls = task_class("finetune_token_classification")
+    trained = cls(TaskSettings(max_seq_len=40, all_subwords=False, crf=True), ["O", "B-X", "I-X"])
+    record = {"heads": trained.heads_info(), "max_seq_len": 40,
+              "task_settings": trained.recorded_settings()}
+    config = TaskSettings(max_seq_len=128, all_subwords=True, doc_stride=64)
+    s = predict.trained_settings(config, record)
+    assert (s.all_subwords, s.max_seq_len, s.crf, s.labels) == (False, 40, True,
+                                                                ("O", "B-X", "I-X"))
+    assert s.doc_stride == 128  # recorded too (the trained run's default), not the config's
+    # A run.json written before task_settings were recorded: the config's, but max_seq_len.
+    older = predict.trained_settings(config, {"heads": record["heads"], "max_seq_len": 40})
+    assert (older.all_subwords, older.max_seq_len, older.doc_stride) == (True, 40, 64)
+
+
+def test_finish_writes_results_before_deleting_checkpoints(tmp_path, capsys):
+    """A crash while the spare checkpoints are deleted leaves a finished run (no retraining);
+    a run whose evaluations never gave a number reports its best metric as n/a."""
+
+    class Checkpoints:
+        def all_steps(self):
+            return [10, 20]
+
+        def delete(self, step):
+            raise Crash(step)
+
+    run = object.__new__(trainer._Run)
+    run.record = {"best_step": None, "best_metric": None, "best": None, "history": []}
+    run.task = types.SimpleNamespace(head="h", labels=["a", "b"], main_metric="accuracy")
+    run.prepared = types.SimpleNamespace(train_examples=[], train_features=[], eval_examples=[],
+                                         counted={})
+    run.s = types.SimpleNamespace(task="finetune_classification", init_checkpoint="")
+    run.total, run.steps_per_epoch, run.seed, run.workdir = 20, 10, 0, str(tmp_path)
+    run.is_main, run.checkpointer = True, Checkpoints()
+    with pytest.raises(Crash):
+        run.finish(1.0)
+    r = results(str(tmp_path))
+    assert r["finished"] and r["best_step"] == 20 and r["best_metric"] is None
+    assert "best accuracy n/a at step 20" in capsys.readouterr().err
+    assert trainer.shown(0.91234) == "0.9123"
 
 
 # --- bad input ------------------------------------------------------------------------------------

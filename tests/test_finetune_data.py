@@ -2,6 +2,7 @@
 the packaged real datasets and their split, subword label alignment and QA windows; bad input is
 a UserError naming the file."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,7 +11,8 @@ import tensorflow_datasets as tfds
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.errors import UserError
-from bertjax.finetune import datasets, features, readers
+from bertjax.finetune import batches, datasets, features, preparation, readers
+from bertjax.finetune import settings as settings_lib
 from bertjax.finetune.readers import Columns, Source, TaggedExample, TextExample
 from bertjax.finetune.tasks import TaskSettings, task_class
 
@@ -71,6 +73,17 @@ def test_regression_labels_must_be_numbers_and_missing_files_are_named(tmp_path)
     assert readers.read(Source(unlabeled, labeled=False), "text")[0].label is None
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path):
+    path = tmp_path / "mrpc.tsv"  # GLUE's MRPC TSVs start with one
+    path.write_bytes("Quality\t#1 String\n1\thello\n".encode("utf-8-sig"))
+    examples = readers.read(Source(str(path), columns=Columns(text="#1 String", label="Quality")),
+                            "text")
+    assert [(e.text, e.label) for e in examples] == [("hello", "1")]
+    conll = tmp_path / "d.conll"
+    conll.write_bytes("EU\tB-ORG\n".encode("utf-8-sig"))
+    assert readers.read(Source(str(conll)), "tagged")[0].words == ["EU"]
+
+
 # --- CoNLL and SQuAD -----------------------------------------------------------------------------
 
 def test_conll_tab_or_space_separated_with_docstart(tmp_path):
@@ -129,6 +142,58 @@ def test_tfds_glue_like_dataset_reads_class_names(tmp_path):
         readers.read(Source("tfds:glue/sst2:train", tfds_data_dir=data_dir), "text")
 
 
+class BertjaxTinyMrpc(tfds.core.GeneratorBasedBuilder):
+    """MRPC's class names, not in sorted order: not_equivalent (0), equivalent (1)."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
+            "sentence1": tfds.features.Text(), "sentence2": tfds.features.Text(),
+            "label": tfds.features.ClassLabel(names=["not_equivalent", "equivalent"])}))
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i, (a, b, label) in enumerate([("a", "a", 1), ("a", "b", 0), ("b", "b", 1)]):
+            yield i, {"sentence1": a, "sentence2": b, "label": label}
+
+
+def _pair_config(**overrides):
+    from configs import finetune_pair
+
+    config = finetune_pair.get_config()
+    config.data.update({"text_column": "sentence1", "text_pair_column": "sentence2",
+                        "label_column": "label", "labels": "", **overrides})
+    return config
+
+
+def test_tfds_class_names_keep_their_order_and_f1_is_of_the_positive_label(tmp_path):
+    data_dir = str(tmp_path / "tfds")
+    BertjaxTinyMrpc(data_dir=data_dir, file_format="array_record").download_and_prepare()
+    config = _pair_config(train="tfds:bertjax_tiny_mrpc:train", eval="x", tfds_data_dir=data_dir)
+    s = settings_lib.settings(config)
+    cls = task_class("finetune_classification")
+    task_settings = preparation.declared_labels(s, cls)
+    assert task_settings.labels == ("not_equivalent", "equivalent")  # not sorted
+    examples = readers.read(s.data.source(s.data.train, labeled=True, regression=False), "text")
+    task = cls(task_settings, cls.labels_from(examples, task_settings))
+    gold = np.array([1, 1, 0, 0])  # equivalent, equivalent, not, not
+    outputs = {"logits": np.eye(2)[[1, 0, 0, 0]]}  # one equivalent found, none wrongly
+    feats = features.Features({"label": gold, "weight": np.ones(4, np.float32)})
+    assert task.evaluate([], feats, outputs)["f1"] == pytest.approx(2 / 3)  # F1 of equivalent
+    negative = cls(dataclasses.replace(task_settings, positive_label="not_equivalent"),
+                   task.labels)
+    assert negative.evaluate([], feats, outputs)["f1"] == pytest.approx(0.8)
+    with pytest.raises(UserError, match="data.positive_label 'yes' is not a label"):
+        cls.labels_from(examples, dataclasses.replace(task_settings, positive_label="yes"))
+    with pytest.raises(UserError, match="data.positive_label '2' is not one of data.labels"):
+        settings_lib.settings(_pair_config(labels="0,1", positive_label="2"), require_data=False)
+    # Files keep sorting (no declared order).
+    assert readers.label_order(Source(str(tmp_path / "any.tsv"))) == ()
+
+
 # --- packaged real datasets ----------------------------------------------------------------------
 
 def test_packaged_datasets_split_deterministically_and_disjointly():
@@ -148,6 +213,12 @@ def test_packaged_datasets_split_deterministically_and_disjointly():
     assert datasets.split_of("a sentence") == datasets.split_of("a sentence")
     with pytest.raises(UserError, match="the split must be one of"):
         readers.read(Source("packaged:tweet_ner:validation"), "tagged")
+
+
+def test_a_damaged_packaged_file_is_refused_by_line(tmp_path):
+    path = write(tmp_path / "reviews.txt", "1\t1.5\tgood\r\n2\thigh\tbad\r\n")
+    with pytest.raises(UserError, match=r"reviews.txt:2: the score 'high' is not a number"):
+        datasets.movie_reviews(path, regression=True)
 
 
 # --- features ------------------------------------------------------------------------------------
@@ -177,6 +248,29 @@ def test_word_labels_expand_to_subwords_and_are_read_from_the_first(tokenizer, a
     assert f.word_starts[0].tolist() == [1, 3, 4]
     cut = features.encode_tagged(tokenizer, [example], 4, tags, all_subwords)
     assert cut.word_starts[0].tolist() == [1] and sum(cut.counts.values()) == 2
+
+
+def test_words_after_a_word_that_does_not_fit_are_cut_too(tokenizer):
+    """A shorter word after a cut one is not squeezed in: predictions stay on their words."""
+    example = TaggedExample("1", ["a", "playingss", "the"], ["B-X", "O", "B-X"])
+    assert [len(p) for p in tokenizer.encode_batch(example.words)] == [1, 4, 1]
+    cls = task_class("finetune_token_classification")
+    task = cls(TaskSettings(max_seq_len=8), ["O", "B-X", "I-X"])
+    f = features.encode_tagged(tokenizer, [example], 5, {"O": 0, "B-X": 1, "I-X": 2}, True)
+    assert f.word_starts[0].tolist() == [1]  # "the" would fit after [CLS] a, but is cut
+    assert f.counts["word(s) cut by max_seq_len (predicted O)"] == 2
+    assert tokenizer.tokens(f.arrays["input_ids"][0][:3]) == ["[CLS]", "a", "[SEP]"]
+    predicted = np.array([[0, 1, 1, 0, 0]])  # B-X at "a" (and junk at [SEP])
+    assert task.word_tags([example], f, {"tags": predicted}) == [["B-X", "O", "O"]]
+
+
+def test_data_labels_need_the_i_tag_of_every_b_tag():
+    cls = task_class("finetune_token_classification")
+    train = [TaggedExample("1", ["new", "york"], ["B-LOC", "O"])]
+    with pytest.raises(UserError, match="data.labels lacks 'I-LOC': every B-TYPE needs its I-TYPE"):
+        cls.labels_from(train, TaskSettings(labels=("O", "B-LOC")))
+    assert cls.labels_from(train, TaskSettings(labels=("O", "B-LOC", "I-LOC"))) == [
+        "O", "B-LOC", "I-LOC"]
 
 
 def test_unseen_and_non_bio_labels_are_refused(tokenizer):
@@ -224,6 +318,20 @@ def test_qa_windows_keep_the_answer_and_map_back_to_the_text(tokenizer):
     assert set(first_word.values()) == {1}
 
 
+def test_qa_training_rows_skip_the_max_context_search(tokenizer, monkeypatch):
+    context = "The New York Times is a paper, founded in 1851 by Raymond. " * 3
+    example = _qa(context, "1851", context.index("1851"))
+
+    def unused(*args):
+        raise AssertionError("max context computed for a training row")
+
+    monkeypatch.setattr(features, "_max_context_row", unused)
+    f = features.encode_qa(tokenizer, [example], features.QASettings(
+        max_seq_len=24, doc_stride=6, max_query_length=8, training=True))
+    assert len(f) >= 1 and not f.windows.max_context.any()
+    assert f.windows.max_context.shape == f.arrays["input_ids"].shape
+
+
 def test_qa_answer_not_in_its_context_is_a_counted_skip(tokenizer):
     good = _qa("founded in 1851 .", "1851", 11, "a")
     moved = _qa("founded in 1851 .", "1851", 3, "b")  # wrong offset
@@ -232,6 +340,12 @@ def test_qa_answer_not_in_its_context_is_a_counted_skip(tokenizer):
         max_seq_len=24, doc_stride=8, max_query_length=8, training=True))
     assert len(f) == 1
     assert f.counts["example(s) skipped: the answer is not at its offset in the context"] == 2
+
+
+def test_a_batch_that_does_not_split_over_processes_is_a_user_error():
+    arrays = {"weight": np.ones(4, np.float32)}
+    with pytest.raises(UserError, match="train.batch_size 3 does not split over 2 processes"):
+        batches.EpochBatches(arrays, 3, 0, process_index=0, process_count=2)
 
 
 def test_doc_windows_cover_everything_with_the_stride():

@@ -43,8 +43,19 @@ def test_mcc_edge_cases_and_multiclass():
     a = sum(c[k, :].sum() * (n - c[k, :].sum()) for k in range(3))
     b = sum(c[:, k].sum() * (n - c[:, k].sum()) for k in range(3))
     assert metrics.matthews_corrcoef(gold, predicted, 3) == pytest.approx(num / math.sqrt(a * b))
-    assert metrics.macro_f1(gold, predicted, 3) == pytest.approx(np.mean([
+    assert metrics.macro_f1(gold, predicted) == pytest.approx(np.mean([
         2 * 2 / (2 * 2 + 1 + 1), 2 * 1 / (2 * 1 + 1 + 1), 2 * 3 / (2 * 3 + 1 + 1)]))
+
+
+def test_macro_f1_averages_only_the_labels_present_in_gold_or_predictions():
+    # 4 classes; class 3 appears in neither (left out, as sklearn does); class 2 only in the
+    # predictions (F1 0, counted).
+    gold = [0, 0, 0, 1, 1, 1]
+    predicted = [0, 0, 1, 1, 1, 2]
+    f1_0 = 2 * 2 / (2 * 2 + 0 + 1)  # tp 2, fp 0, fn 1
+    f1_1 = 2 * 2 / (2 * 2 + 1 + 1)  # tp 2, fp 1, fn 1
+    assert metrics.macro_f1(gold, predicted) == pytest.approx((f1_0 + f1_1 + 0.0) / 3)
+    assert metrics.macro_f1([], []) == 0.0
 
 
 # --- regression ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Iterator
 import jax
 import numpy as np
 
+from bertjax.errors import UserError
 from bertjax.finetune.features import Arrays, take
 from bertjax.parallel import partitioning
 
@@ -40,8 +41,8 @@ class EpochBatches:
         self.seed = seed
         self.steps_per_epoch = math.ceil(self.rows / batch_size)
         if batch_size % process_count:
-            raise ValueError(f"batch size {batch_size} does not split over {process_count} "
-                             "processes")
+            raise UserError(f"train.batch_size {batch_size} does not split over {process_count} "
+                            "processes")
         local = batch_size // process_count
         self._local = slice(process_index * local, (process_index + 1) * local)
 

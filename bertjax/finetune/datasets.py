@@ -61,12 +61,16 @@ def movie_reviews(path: str, regression: bool) -> list[TextExample]:
     """Lines `id TAB score TAB text` (CRLF endings); binary labels skip the zero scores."""
     examples = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for number, line in enumerate(f, 1):
             fields = line.rstrip("\r\n").split("\t")
             if len(fields) != 3:
                 continue
             sentence_id, score_text, text = fields
-            score = float(score_text)
+            try:
+                score = float(score_text)
+            except ValueError:
+                raise UserError(f"{path}:{number}: the score {score_text!r} is not a number "
+                                "(a damaged download? remove the file to fetch it again)") from None
             if regression:
                 examples.append(TextExample(sentence_id, text, None, score))
             elif score != 0.0:

@@ -6,7 +6,9 @@ rows, so shapes stay static and padding never counts in a loss or a metric.
 Token classification: each word is tokenized on its own; its tag goes on its first subword, and,
 with `all_subwords`, on its other subwords too (B-X continues as I-X, so the expanded sequence is
 still valid BIO). `label_mask` marks the positions that carry a tag (the chain a CRF runs over);
-predictions are read back from each word's first subword. Words that do not fit are counted.
+predictions are read back from each word's first subword. The sequence stops at the first word
+that does not fit: it and every later word are cut (counted, predicted O), so the kept words are
+always a prefix of the example's words.
 
 Extractive QA: `[CLS] question [SEP] window [SEP]` over windows of the context taken every
 `doc_stride` tokens (BERT's run_squad). The context is split into words with character offsets
@@ -48,7 +50,7 @@ class Features:
 class QAWindows:
     example: np.ndarray  # [N] int
     token_word: np.ndarray  # [N, L] int, -1 outside the context
-    max_context: np.ndarray  # [N, L] bool
+    max_context: np.ndarray  # [N, L] bool (all False in training features: unused there)
     word_offsets: list[list[tuple[int, int]]]  # per example: (start, end) character offsets
 
 
@@ -119,9 +121,11 @@ def encode_tagged(tokenizer: Tokenizer, examples: Sequence[TaggedExample], max_s
     for example in examples:
         ids, labels, mask, word_starts = [tokenizer.special.cls], [0], [0], []
         tags = example.tags or ["O"] * len(example.words)
-        for word_index, tag in enumerate(tags):
+        full = False
+        for tag in tags:
             subwords = next(pieces).tolist() or [unk]  # a word that encodes to nothing keeps a slot
-            if len(ids) + len(subwords) > max_seq_len - 1:
+            full = full or len(ids) + len(subwords) > max_seq_len - 1
+            if full:  # this word and all later ones are cut (a shorter one is not squeezed in)
                 counts["word(s) cut by max_seq_len (predicted O)"] += 1
                 continue
             word_starts.append(len(ids))
@@ -218,8 +222,10 @@ def encode_qa(tokenizer: Tokenizer, examples: Sequence[QAExample], s: QASettings
             word_row = np.full(s.max_seq_len, -1, np.int64)
             word_row[offset:offset + length] = token_word[start:start + length]
             rows["token_word"].append(word_row)
-            rows["max_context"].append(_max_context_row(windows, start, length, offset,
-                                                        s.max_seq_len))
+            # Only span search (evaluation, prediction) reads it; all False for training rows.
+            rows["max_context"].append(
+                np.zeros(s.max_seq_len, bool) if s.training
+                else _max_context_row(windows, start, length, offset, s.max_seq_len))
     return _qa_features(rows, counts, offsets_per_example, s.max_seq_len)
 
 

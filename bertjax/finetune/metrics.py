@@ -53,8 +53,13 @@ def f1_of_class(labels: Sequence[int], predictions: Sequence[int], positive: int
     return _f1(tp, predicted, actual)
 
 
-def macro_f1(labels: Sequence[int], predictions: Sequence[int], num_classes: int) -> float:
-    return float(np.mean([f1_of_class(labels, predictions, k) for k in range(num_classes)]))
+def macro_f1(labels: Sequence[int], predictions: Sequence[int]) -> float:
+    """The mean F1 over the labels present in the gold labels or the predictions (sklearn's
+    average="macro"): a class absent from both is left out, not counted as 0."""
+    present = np.union1d(np.asarray(labels, int), np.asarray(predictions, int))
+    if not present.size:
+        return 0.0
+    return float(np.mean([f1_of_class(labels, predictions, k) for k in present]))
 
 
 def _f1(true_positives: int, predicted: int, actual: int) -> float:

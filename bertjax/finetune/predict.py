@@ -7,7 +7,8 @@ Writes OUT (default DIR/predictions.jsonl): one JSON object per example, in inpu
 classification {"id", "label", "probabilities"}, regression {"id", "score"}, token
 classification {"id", "words", "tags"}; for QA, DIR/predictions.json maps each question id to its
 answer text (the official SQuAD evaluation script's input). Labels in PATH are ignored. An
-existing OUT is never overwritten.
+existing OUT is never overwritten. Features and decoding use the trained run's settings (run.json:
+labels, CRF, max_seq_len, label_all_subwords, QA windows), not the config's.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from bertjax.errors import UserError
 from bertjax.finetune import evaluation, readers
 from bertjax.finetune.batches import process_share
 from bertjax.finetune.settings import Settings
-from bertjax.finetune.tasks import task_class
+from bertjax.finetune.tasks import TaskSettings, task_class
+from bertjax.finetune.tasks.base import RECORDED_SETTINGS
 from bertjax.interop import params_dir
 from bertjax.model.config import EncoderConfig
 from bertjax.train.state import abstract_train_state
@@ -60,6 +62,18 @@ def _source_run(workdir: str, task: str) -> tuple[str, dict, int | None]:
     return directory, record, results.get("best_step") if results.get("finished") else None
 
 
+def trained_settings(current: TaskSettings, record: dict) -> TaskSettings:
+    """The task settings the run in `record` (run.json) was trained with: its labels and CRF, and
+    its recorded feature and decoding settings; the config's where an older record lacks them."""
+    heads = record.get("heads") or {}
+    recorded = record.get("task_settings") or {}
+    if "max_seq_len" in record:  # recorded before task_settings were
+        recorded = {"max_seq_len": record["max_seq_len"], **recorded}
+    return dataclasses.replace(
+        current, crf=bool(heads.get("crf")), labels=tuple(heads.get("labels") or ()),
+        **{name: recorded[name] for name in RECORDED_SETTINGS if name in recorded})
+
+
 def _output_path(s: Settings, workdir: str, qa: bool) -> str:
     path = s.predict_output or os.path.join(workdir,
                                             "predictions.json" if qa else "predictions.jsonl")
@@ -74,10 +88,8 @@ def _output_path(s: Settings, workdir: str, qa: bool) -> str:
 def run(config: ml_collections.ConfigDict, s: Settings, workdir: str) -> dict:
     cls = task_class(s.task)
     directory, record, step = _source_run(workdir, s.task)
-    heads = record.get("heads") or {}
-    task_settings = dataclasses.replace(s.task_settings, crf=bool(heads.get("crf")),
-                                        labels=tuple(heads.get("labels") or ()))
-    task = cls(task_settings, heads.get("labels") or [])
+    task_settings = trained_settings(s.task_settings, record)
+    task = cls(task_settings, list(task_settings.labels))
     output = _output_path(s, workdir, qa=cls.kind == "qa")
     source = s.data.source(s.data.predict, labeled=False, regression=cls.regression)
     examples = [_unlabeled(e) for e in readers.read(source, cls.kind)]

@@ -13,7 +13,7 @@ from bertjax.errors import UserError
 from bertjax.finetune import readers
 from bertjax.finetune import settings as settings_lib
 from bertjax.finetune import starting_point as start_lib
-from bertjax.finetune.tasks import Task, task_class
+from bertjax.finetune.tasks import Task, TaskSettings, task_class
 
 
 @dataclasses.dataclass
@@ -38,6 +38,15 @@ def _limited(examples: list, limit: int) -> list:
     return [examples[i] for i in chosen]
 
 
+def declared_labels(s: settings_lib.Settings, cls: type[Task]) -> TaskSettings:
+    """The task settings, with the label order the training source declares (a TFDS ClassLabel's
+    names, in index order, not sorted) when data.labels is empty."""
+    if s.task_settings.labels or cls.kind != "text" or cls.regression:
+        return s.task_settings
+    declared = readers.label_order(s.data.source(s.data.train, labeled=True, regression=False))
+    return dataclasses.replace(s.task_settings, labels=declared) if declared else s.task_settings
+
+
 def prepare(config: ml_collections.ConfigDict, s: settings_lib.Settings) -> Prepared:
     """Reads and featurizes the data; every input problem is refused here, before any write."""
     cls = task_class(s.task)
@@ -49,7 +58,8 @@ def prepare(config: ml_collections.ConfigDict, s: settings_lib.Settings) -> Prep
 
     train_examples = _limited(read(s.data.train), s.data.max_train_examples)
     eval_examples = _limited(read(s.data.eval), s.data.max_eval_examples)
-    task = cls(s.task_settings, cls.labels_from(train_examples, s.task_settings))
+    task_settings = declared_labels(s, cls)
+    task = cls(task_settings, cls.labels_from(train_examples, task_settings))
     train_features = task.featurize(start.tokenizer, train_examples, s.data.train, training=True)
     eval_features = task.featurize(start.tokenizer, eval_examples, s.data.eval, training=False)
     if not len(train_features):

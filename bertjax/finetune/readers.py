@@ -105,8 +105,8 @@ def read(source: Source, kind: str) -> list:
 
 def _rows(path: str, fmt: str) -> Iterator[tuple[int, dict]]:
     """(line number, {column: value}) for every data row of a table file."""
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
+    try:  # utf-8-sig: a byte-order mark (GLUE's MRPC has one) is not part of a column name
+        with open(path, encoding="utf-8-sig", newline="") as f:
             if fmt == "jsonl":
                 for number, line in enumerate(f, 1):
                     if line.strip():
@@ -196,7 +196,7 @@ def read_conll(path: str, labeled: bool = True) -> list[TaggedExample]:
         tags.clear()
 
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             for number, line in enumerate(f, 1):
                 line = line.rstrip("\r\n")
                 fields = line.split("\t") if "\t" in line else line.split()
@@ -220,7 +220,7 @@ def read_conll(path: str, labeled: bool = True) -> list[TaggedExample]:
 def read_squad(path: str) -> list[QAExample]:
     """SQuAD v1.1 JSON: data -> paragraphs -> qas; answers may be empty (prediction inputs)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             document = json.load(f)
         examples = []
         for article in document["data"]:
@@ -237,10 +237,33 @@ def read_squad(path: str) -> list[QAExample]:
     return examples
 
 
+def label_order(source: Source) -> tuple[str, ...]:
+    """The label order a source declares: a TFDS ClassLabel's names in index order (MRPC:
+    not_equivalent, equivalent), which is kept rather than sorted; empty for files."""
+    if not source.path.startswith(TFDS_PREFIX):
+        return ()
+    return tuple(_class_names(_tfds_data(source), source.columns.label) or ())
+
+
 def _read_tfds(source: Source, kind: str) -> list[TextExample]:
     """A TFDS dataset prepared in array_record format (read without TensorFlow), e.g. GLUE."""
     if kind != "text":
         raise UserError(f"{source.path}: TFDS input is supported for sentence tasks only")
+    data = _tfds_data(source)
+    label_names = _class_names(data, source.columns.label)
+    rows = []
+    for index in range(len(data)):
+        record = dict(data[index])
+        label = record.get(source.columns.label)
+        if label is not None and label_names is not None:
+            label = label_names[int(label)] if int(label) >= 0 else None  # GLUE test: -1
+        elif label is not None and not source.regression:
+            label = str(label)
+        rows.append((index, {**record, source.columns.label: label}))
+    return list(_text_examples(iter(rows), source))
+
+
+def _tfds_data(source: Source):
     try:
         import tensorflow_datasets as tfds
     except ImportError:
@@ -258,17 +281,7 @@ def _read_tfds(source: Source, kind: str) -> list[TextExample]:
         raise UserError(f"cannot open TFDS dataset {name} (split {split}); prepare it first with "
                         f"`tfds build {name} --file_format=array_record` (GLUE downloads its "
                         f"files, so this needs network access): {first}") from None
-    label_names = _class_names(data, source.columns.label)
-    rows = []
-    for index in range(len(data)):
-        record = dict(data[index])
-        label = record.get(source.columns.label)
-        if label is not None and label_names is not None:
-            label = label_names[int(label)] if int(label) >= 0 else None  # GLUE test: -1
-        elif label is not None and not source.regression:
-            label = str(label)
-        rows.append((index, {**record, source.columns.label: label}))
-    return list(_text_examples(iter(rows), source))
+    return data
 
 
 def _class_names(data, column: str) -> list[str] | None:

@@ -94,9 +94,13 @@ def settings(config: ml_collections.ConfigDict, *, require_data: bool = True) ->
     if f.reinit_top_layers < 0:
         raise UserError(f"finetune.reinit_top_layers must be >= 0, got {f.reinit_top_layers}")
     labels = tuple(x.strip() for x in d.labels.split(",") if x.strip())
-    task = TaskSettings(max_seq_len=d.max_seq_len, labels=labels, main_metric=t.main_metric,
-                        all_subwords=f.label_all_subwords, crf=f.crf, doc_stride=d.doc_stride,
-                        max_query_length=d.max_query_length,
+    positive = d.positive_label.strip()
+    if positive and labels and positive not in labels:
+        raise UserError(f"data.positive_label {positive!r} is not one of data.labels "
+                        f"({', '.join(labels)})")
+    task = TaskSettings(max_seq_len=d.max_seq_len, labels=labels, positive_label=positive,
+                        main_metric=t.main_metric, all_subwords=f.label_all_subwords, crf=f.crf,
+                        doc_stride=d.doc_stride, max_query_length=d.max_query_length,
                         max_answer_length=d.max_answer_length)
     if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
         raise UserError(f"data.max_seq_len {d.max_seq_len} leaves no room for the context after "

@@ -68,6 +68,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return train_restarts(config, s, prepared, workdir)
 
 
+def shown(metric: float | None) -> str:
+    """A metric for a log line; None (no evaluation gave a number) is n/a."""
+    return "n/a" if metric is None else f"{metric:.4f}"
+
+
 def batch_shapes(arrays: dict, batch_size: int, sharding) -> dict[str, jax.ShapeDtypeStruct]:
     return {key: jax.ShapeDtypeStruct((batch_size, *value.shape[1:]), value.dtype,
                                       sharding=sharding) for key, value in arrays.items()}
@@ -96,7 +101,8 @@ def _record_run(workdir: str, config, s, prepared: preparation.Prepared, seed: i
         workdir, {"task": s.task, "model": layout, "heads": task.heads_info()},
         info={"encoder": dataclasses.asdict(encoder), "tokenizer_dir": tokenizer_dir,
               "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
-              "seed": seed, "max_seq_len": s.task_settings.max_seq_len})
+              "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
+              "task_settings": task.recorded_settings()})
 
 
 def train(config: ml_collections.ConfigDict, s: settings_lib.Settings,
@@ -238,12 +244,10 @@ class _Run:
         return last_step
 
     def finish(self, seconds: float) -> dict:
-        """Keeps only the best checkpoint and writes results.json."""
+        """Writes results.json, then keeps only the best checkpoint (in this order: a crash in
+        between leaves a finished run with a spare checkpoint, not one that trains again)."""
         record, task, p = self.record, self.task, self.prepared
         best_step = record["best_step"] if record["best_step"] is not None else self.total
-        for old in self.checkpointer.all_steps():
-            if old != best_step:
-                self.checkpointer.delete(old)
         results = {
             "finished": True, "task": self.s.task, "head": task.head, "labels": task.labels,
             "main_metric": task.main_metric, "best_metric": record["best_metric"],
@@ -255,9 +259,12 @@ class _Run:
             "counted": p.counted, "init_checkpoint": self.s.init_checkpoint,
             "wall_seconds": round(seconds, 1)}
         if self.is_main:
-            evaluation.write_json(os.path.join(self.workdir, RESULTS_FILE), results)
-            print(f"best {task.main_metric} {record['best_metric']:.4f} at step {best_step}; "
+            evaluation.write_json(os.path.join(self.workdir, RESULTS_FILE), results)  # atomic
+            print(f"best {task.main_metric} {shown(record['best_metric'])} at step {best_step}; "
                   f"results: {os.path.join(self.workdir, RESULTS_FILE)}", file=sys.stderr)
+        for old in self.checkpointer.all_steps():
+            if old != best_step:
+                self.checkpointer.delete(old)
         return results
 
     def close(self) -> None:
@@ -290,5 +297,5 @@ def train_restarts(config: ml_collections.ConfigDict, s: settings_lib.Settings,
     if jax.process_index() == 0:
         evaluation.write_json(os.path.join(workdir, RESULTS_FILE), summary)
         print(f"best of {len(runs)} restarts: restart_{best} ({metric} "
-              f"{runs[best]['best_metric']:.4f})", file=sys.stderr)
+              f"{shown(runs[best]['best_metric'])})", file=sys.stderr)
     return summary

@@ -26,7 +26,9 @@ Outputs = dict[str, np.ndarray]  # the model's outputs for every feature row, on
 @dataclasses.dataclass(frozen=True)
 class TaskSettings:
     max_seq_len: int = 128
-    labels: tuple[str, ...] = ()  # the label order (ids); empty: sorted labels of the training set
+    # The label order (ids); empty: the training set's labels sorted (a TFDS source's own order).
+    labels: tuple[str, ...] = ()
+    positive_label: str = ""  # binary classification F1; empty: the second label of the order
     main_metric: str = ""  # what picks the best checkpoint; empty: the task's default
     all_subwords: bool = True  # token classification: tag every subword (else the first only)
     crf: bool = False  # token classification: a linear-chain CRF on the emissions
@@ -40,6 +42,12 @@ class TaskSettings:
         for name in ("doc_stride", "max_query_length", "max_answer_length"):
             if getattr(self, name) < 1:
                 raise UserError(f"data.{name} must be positive, got {getattr(self, name)}")
+
+
+# What a trained model's features and decoding depend on: stored in run.json ("task_settings")
+# and what predict mode uses, whatever the config says.
+RECORDED_SETTINGS = ("max_seq_len", "all_subwords", "doc_stride", "max_query_length",
+                     "max_answer_length")
 
 
 class Task(abc.ABC):
@@ -84,6 +92,10 @@ class Task(abc.ABC):
     def heads_info(self) -> dict:
         return {"head": self.head, "num_labels": len(self.labels), "labels": self.labels,
                 "crf": False}
+
+    def recorded_settings(self) -> dict:
+        """run.json's "task_settings" (beside "heads", which export reads and must not change)."""
+        return {name: getattr(self.settings, name) for name in RECORDED_SETTINGS}
 
     def output_keys(self) -> tuple[str, ...]:
         """The model outputs evaluation needs (others stay on the device)."""

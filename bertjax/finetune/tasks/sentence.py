@@ -39,6 +39,9 @@ class Classification(Task):
         if len(labels) < 2:
             raise UserError(f"the training set has only the label(s) {labels}: classification "
                             "needs at least two")
+        if settings.positive_label and settings.positive_label not in labels:
+            raise UserError(f"data.positive_label {settings.positive_label!r} is not a label "
+                            f"({', '.join(labels)})")
         return labels
 
     def model(self, encoder, freeze_encoder):
@@ -56,9 +59,12 @@ class Classification(Task):
         gold = features.arrays["label"]
         predicted = outputs["logits"].argmax(axis=-1)
         n = len(self.labels)
-        # Binary F1 is that of the second label ("1" in GLUE's MRPC/QQP); macro F1 otherwise.
-        f1 = (metrics.f1_of_class(gold, predicted, 1) if n == 2
-              else metrics.macro_f1(gold, predicted, n))
+        # Binary F1 is that of data.positive_label, by default the second label ("1" in GLUE's
+        # MRPC/QQP TSVs, "equivalent" in TFDS's glue/mrpc); macro F1 otherwise.
+        positive = (self.labels.index(self.settings.positive_label)
+                    if self.settings.positive_label else 1)
+        f1 = (metrics.f1_of_class(gold, predicted, positive) if n == 2
+              else metrics.macro_f1(gold, predicted))
         return {"accuracy": metrics.accuracy(gold, predicted),
                 "mcc": metrics.matthews_corrcoef(gold, predicted, n), "f1": f1}
 

@@ -34,6 +34,12 @@ class TokenClassification(Task):
         _check_bio(tags, "the training set")
         if settings.labels:
             _check_bio(settings.labels, "data.labels")
+            # A B-X word's continuation subwords are tagged I-X: it must have an id.
+            missing = sorted({feats.continuation_tag(t) for t in settings.labels}
+                             - set(settings.labels))
+            if missing:
+                raise UserError(f"data.labels lacks {', '.join(map(repr, missing[:5]))}: every "
+                                "B-TYPE needs its I-TYPE (continuation subwords carry it)")
             ids_of(tags, settings.labels, "the training set")
             return list(settings.labels)
         types = sorted({t[2:] for t in tags if t != "O"})
@@ -57,7 +63,8 @@ class TokenClassification(Task):
                                    self.settings.all_subwords)
 
     def word_tags(self, examples, features, outputs: Outputs) -> list[list[str]]:
-        """Each example's predicted tag per word (first subword; O for words that were cut)."""
+        """Each example's predicted tag per word (first subword; O for words that were cut,
+        which are always the last ones: features keep a prefix of the words)."""
         out = []
         for example, starts, tags in zip(examples, features.word_starts, outputs["tags"]):
             predicted = [self.labels[int(t)] for t in tags[starts]]
