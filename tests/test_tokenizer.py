@@ -126,6 +126,15 @@ def test_train_wordpiece(training_sentences, tmp_path):
                                                                      range(cased.vocab_size)))
 
 
+def test_train_wordpiece_gives_the_same_ids_every_time(demo_articles):
+    # tokenizers' trainer orders equally frequent merges differently from run to run (on a
+    # real corpus the tokens agree; on a few hundred sentences even they may not).
+    sentences = [s for article in demo_articles for s in article]
+    vocabularies = {tuple(map(tok.id_to_token, range(tok.vocab_size)))
+                    for tok in (train_wordpiece(sentences, vocab_size=4096) for _ in range(3))}
+    assert len(vocabularies) == 1
+
+
 def test_train_sentencepiece(training_sentences, tmp_path):
     tok = train_sentencepiece(training_sentences, vocab_size=1000)
     assert isinstance(tok, SentencePieceTokenizer) and tok.vocab_size == 1000

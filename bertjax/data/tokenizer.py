@@ -250,11 +250,13 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int = 30522, lowercase: bo
         vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
         special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##", show_progress=False)
     tok.train_from_iterator(texts, trainer=trainer)
-    by_id = sorted(tok.get_vocab().items(), key=lambda item: item[1])
-    vocab = [token for token, _ in by_id]
-    if len(vocab) <= len(SPECIAL_TOKENS):
+    learned = set(tok.get_vocab()) - set(SPECIAL_TOKENS)
+    if not learned:
         raise UserError("the corpus is empty: no vocabulary could be learned from it")
-    return WordPieceTokenizer(vocab, lowercase=lowercase)
+    # The trainer breaks ties between equally frequent merges in hash-map order, which changes
+    # from run to run: the same corpus gives the same tokens under shuffled ids. WordPiece only
+    # uses the set of tokens, so a sorted order makes the ids reproducible.
+    return WordPieceTokenizer(list(SPECIAL_TOKENS) + sorted(learned), lowercase=lowercase)
 
 
 def train_sentencepiece(texts: Iterable[str], vocab_size: int = 30522, lowercase: bool = True,
