@@ -6,6 +6,9 @@ PY := $(VENV)/bin/python
 export BERTJAX_CACHE ?= $(CURDIR)/.cache
 DEMO_WORKDIR ?= workdir/demo
 PYTEST_ARGS ?=
+# Two pytest workers (a file stays on one worker, so its fixtures are built once): most tests
+# spend their time compiling, which is single-threaded.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test install install-test clean-venv
 
@@ -28,7 +31,7 @@ demo: $(VENV)/.installed
 	$(PY) -m bertjax.main --config=configs/demo.py --workdir=$(DEMO_WORKDIR)
 
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -209,4 +209,9 @@ def report_outputs(workdir: str, step: int, total_steps: int, plotted: bool) -> 
         lines.append(f"  curves:      {os.path.join(workdir, 'curves.png')}")
     if step < total_steps:
         lines.append("  continue:    run the same command again; it resumes from the checkpoint")
+    else:
+        lines += ["  fine-tune:   python -m bertjax.main --config=configs/finetune_sentiment.py "
+                  f"--workdir=DIR --config.init_checkpoint={workdir}",
+                  f"  export:      python -m bertjax.export --workdir {workdir} --format hf "
+                  "--output DIR"]
     print("\n".join(lines), file=sys.stderr)
