@@ -13,9 +13,5 @@ from configs import base
 def get_config():
     config = base.get_config()
     config.model.preset = "mini"
-    config.model.dtype = "float32"
-    config.train.batch_size = 32
-    config.mesh.data = -1
-    config.mesh.fsdp = 1
-    config.mesh.tensor = 1
+    config.train.batch_size = 32  # fp32 and data parallel: base's
     return config

@@ -20,14 +20,11 @@ from configs import base
 def get_config():
     config = base.get_config()
     config.model.dtype = "bfloat16"
-    config.model.param_dtype = "float32"
     config.train.batch_size = 1024
     config.train.steps = 250_000
     config.train.checkpoint_every = 2_500
     config.train.eval_every = 2_500
     config.optimizer.learning_rate = 2e-4
     config.optimizer.warmup_steps = 2_500
-    config.mesh.data = -1
-    config.mesh.fsdp = 4
-    config.mesh.tensor = 1
+    config.mesh.fsdp = 4  # data: the remaining 4 ways (base's -1)
     return config

@@ -13,10 +13,6 @@ from configs import base
 
 def get_config():
     config = base.get_config()
-    config.model.dtype = "bfloat16"
-    config.model.param_dtype = "float32"
-    config.train.batch_size = 256
-    config.mesh.data = -1
-    config.mesh.fsdp = 1
-    config.mesh.tensor = 1
+    config.model.dtype = "bfloat16"  # parameters stay float32 (base)
+    # The rest is base's: the global batch of 256, data parallel over every device.
     return config
