@@ -23,6 +23,7 @@ from bertjax.parallel.mesh import make_mesh
 from bertjax.train.optimizer import OptimizerConfig, make_optimizer
 from bertjax.train.state import create_train_state
 from bertjax.train.step import make_train_step
+from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = dict(num_layers=3, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=40,
@@ -35,12 +36,6 @@ def batch_shapes(mesh, rows=8, length=8, **extra):
             "label": np.int32, "weight": np.float32, **extra}
     return {k: jax.ShapeDtypeStruct((rows, length) if k.startswith(("input", "segment"))
                                     else (rows,), v, sharding=sharding) for k, v in spec.items()}
-
-
-def flat(tree, prefix=""):
-    if isinstance(tree, dict):
-        return {k2: v2 for k, v in tree.items() for k2, v2 in flat(v, f"{prefix}{k}/").items()}
-    return {prefix.rstrip("/"): np.asarray(tree)}
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from bertjax.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.parallel import distributed
 from bertjax.train.metrics import read_metrics
+from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
@@ -134,12 +135,6 @@ def saved_steps(workdir):
 
 def logged(workdir):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(workdir)]
-
-
-def flat(tree, prefix=""):
-    if isinstance(tree, dict):
-        return {k: v for key, sub in tree.items() for k, v in flat(sub, f"{prefix}/{key}").items()}
-    return {prefix: np.asarray(tree)}
 
 
 def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process(

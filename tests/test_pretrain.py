@@ -16,6 +16,7 @@ import pytest
 from bertjax import main
 from bertjax.interop import params_dir
 from bertjax.train.metrics import read_metrics
+from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
@@ -126,7 +127,7 @@ def test_exact_resume_after_sigkill_across_the_length_switch(tmp_path, small_cor
     assert logged(resumed) == logged(straight)
     a = params_dir.load_from_workdir(straight).params
     b = params_dir.load_from_workdir(resumed).params
-    flat_a, flat_b = _flat(a), _flat(b)
+    flat_a, flat_b = flat(a), flat(b)
     assert flat_a.keys() == flat_b.keys()
     for name in flat_a:
         np.testing.assert_array_equal(flat_a[name], flat_b[name], err_msg=name)
@@ -236,10 +237,3 @@ def test_a_read_only_workdir_exits_2(tmp_path, small_corpus_dir, capsys):
     assert sorted(os.listdir(workdir)) == ["notes.txt"]
 
 
-def _flat(tree, prefix=""):
-    if isinstance(tree, dict):
-        out = {}
-        for k, v in tree.items():
-            out.update(_flat(v, f"{prefix}/{k}"))
-        return out
-    return {prefix: np.asarray(tree)}
