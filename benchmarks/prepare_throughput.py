@@ -20,7 +20,7 @@ from tokenizers.implementations import BertWordPieceTokenizer
 
 from bertjax.data import packaged
 from bertjax.data.demo_corpus import demo_corpus_path
-from bertjax.data.prepare import prepare
+from bertjax.data.preparation_engine import prepare
 from bertjax.data.tokenizer import WordPieceTokenizer
 
 BATCH = 4096

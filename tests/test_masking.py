@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bertjax.data.masking import Masker, MaskingConfig
+from bertjax.data.masking import Masker
+from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.errors import UserError
 

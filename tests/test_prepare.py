@@ -11,11 +11,12 @@ import time
 import numpy as np
 import pytest
 
-from bertjax.data import corpus, prepare as prepare_module
+from bertjax.data import corpus, prepare as prepare_cli, shard_writing
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.demo_corpus import demo_corpus_path
-from bertjax.data.prepare import build_tokenizer, prepare
+from bertjax.data.preparation_engine import prepare
 from bertjax.data.tokenizer import WordPieceTokenizer
+from bertjax.data.tokenizer_training import build_tokenizer
 from bertjax.errors import UserError
 
 SLICE_DOCUMENTS = 40
@@ -100,7 +101,7 @@ def test_prepare_real_text_decodes_to_the_tokenizers_ids(wiki_slice, bert, tmp_p
     def no_work(*args):
         raise AssertionError("a finished preparation was redone")
 
-    monkeypatch.setattr(prepare_module, "tokenize_and_write", no_work)
+    monkeypatch.setattr(shard_writing, "tokenize_and_write", no_work)
     assert prepare([path], "sentences", out, bert, documents_per_shard=7, workers=1,
                    progress=False) == manifest
 
@@ -161,7 +162,7 @@ def test_resume_after_sigkill_of_the_cli(wiki_slice, bert, bert_vocab_path, tmp_
     complete = [i for i in range(SLICE_DOCUMENTS) if corpus.shard_is_complete(out, i)]
     assert len(complete) < SLICE_DOCUMENTS
     for i in complete:  # whatever looks complete is complete
-        prepare_module.read_shard_stats(out, i)
+        shard_writing.read_shard_stats(out, i)
 
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -226,7 +227,7 @@ def test_skipped_lines_reach_the_manifest_and_output_inside_the_input(bert, tmp_
                            workers=1, progress=False)
     assert manifest["source"]["skipped_lines"] == {"invalid_utf8": 1, "overlong": 1}
     assert (manifest["documents"], manifest["sentences"]) == (1, 2)
-    assert prepare_module.summary(manifest, out).endswith(
+    assert prepare_cli.summary(manifest, out).endswith(
         "skipped lines: invalid_utf8=1, overlong=1")
 
 

@@ -14,12 +14,15 @@ import numpy as np
 import pytest
 
 from bertjax.data import corpus as corpus_format
+from bertjax.data import schema
+from bertjax.data.chunk_permutation import Permutation
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.demo_corpus import demo_corpus_path
-from bertjax.data.examples import Permutation, greedy_boundaries, trimmed_lengths
+from bertjax.data.examples import greedy_boundaries, trimmed_lengths
 from bertjax.data.inspect import batch_statistics, describe_batch
-from bertjax.data.masking import MaskingConfig
-from bertjax.data.pretraining import LengthSchedule, Phase, PretrainingData
+from bertjax.data.length_schedule import LengthSchedule, Phase
+from bertjax.data.masking_config import MaskingConfig
+from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.errors import UserError
 
@@ -232,6 +235,17 @@ def test_nsp_batches_follow_the_schema(wiki):
         assert batch["nsp_label"][row] == example.nsp_label
         assert unmasked(batch, row)[:n].tolist() == example.input_ids.tolist()
 
+
+
+def test_the_compiled_step_is_shaped_like_the_batches_built(wiki):
+    """The job compiles from schema.abstract_batch: it must agree with the builder's output."""
+    data = make_data(wiki, mode="full_sentences", masking=MaskingConfig(strategy="span"))
+    batch = next(data.train_iterator(0))
+    abstract = schema.abstract_batch(8, 32, 5, nsp=False, span=True)
+    assert {k: (v.shape, v.dtype) for k, v in batch.items()} == \
+        {k: (v.shape, v.dtype) for k, v in abstract.items()}
+    with pytest.raises(AssertionError, match=r"lacks \['nsp_label'\]"):
+        schema.conform(batch, 8, 32, 5, nsp=True, span=True)
 
 # ---- full sentences -----------------------------------------------------------------------------
 

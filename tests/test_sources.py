@@ -12,7 +12,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bertjax.data import demo_corpus, sources, wikitext
-from bertjax.data.sources import SourceStats, iter_documents, split_sentences
+from bertjax.data.sentence_splitting import split_sentences
+from bertjax.data.sources import SourceStats, iter_documents
 from bertjax.errors import UserError
 
 SENTENCES_TEXT = "First sentence.\nSecond one.\n\n  \nThird, new document.\n\n\nFourth.\n"

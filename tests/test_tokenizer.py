@@ -12,7 +12,8 @@ from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegac
 
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.tokenizer import (SPECIAL_TOKENS, SentencePieceTokenizer, WordPieceTokenizer,
-                                    load_tokenizer, train_sentencepiece, train_wordpiece)
+                                    load_tokenizer)
+from bertjax.data.tokenizer_training import train_sentencepiece, train_wordpiece
 from bertjax.errors import UserError
 
 HARD_CASES = [

@@ -23,8 +23,10 @@ from typing import Sequence
 
 import numpy as np
 
+from bertjax import atomic_files
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
 from bertjax.errors import UserError
+from bertjax.file_modes import publish
 
 FORMAT = "bertjax-corpus"
 VERSION = 1
@@ -89,14 +91,23 @@ def write_shard(directory: str, index: int, documents: Sequence[Sequence[np.ndar
     try:
         for name, array in zip(_ARRAYS, (tokens, sentence_bounds, document_bounds, counts)):
             with open(os.path.join(tmp, name + ".npy"), "wb") as f:
-                np.save(f, array)
+                _save_npy(f, array)
                 f.flush()
                 os.fsync(f.fileno())
+        publish(tmp)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ShardStats(len(doc_sizes), len(sentences), int(lengths.sum()))
+
+
+def _save_npy(f, array: np.ndarray) -> None:
+    """np.save's bytes, written by Python: np.save writes a real file with C's fwrite, whose
+    failure (a full disk) surfaces as an OSError without errno that no caller can recognize."""
+    array = np.ascontiguousarray(array)
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(array))
+    f.write(array.data)
 
 
 def remove_partial_shards(directory: str) -> int:
@@ -122,12 +133,7 @@ def write_manifest(directory: str, shards: Sequence[ShardStats], vocab_size: int
         "tokens": sum(s.tokens for s in shards),
         **(extra or {}),
     }
-    tmp = os.path.join(directory, f".{MANIFEST}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(directory, MANIFEST))
+    atomic_files.write_json(os.path.join(directory, MANIFEST), manifest)
 
 
 def read_manifest(directory: str) -> dict:
@@ -143,6 +149,50 @@ def read_manifest(directory: str) -> dict:
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise UserError(f"{path} is not a {FORMAT} v{VERSION} manifest")
     return manifest
+
+
+def check_prepared_matches(prepared: str, *, tokenizer_spec: str = "", vocab_size: int | None = None,
+                           explicit: bool = True, lowercase: bool | None = None) -> list[str]:
+    """Refuses a prepared corpus (or an unfinished preparation) in `prepared` whose vocabulary is
+    not the one asked for, instead of letting it silently win; returns warnings where what was
+    asked for is only a default. Nothing when `prepared` holds no vocabulary yet.
+
+    `tokenizer_spec` names a vocabulary (vocab.txt, .model, tokenizer directory; loaded with
+    `lowercase` when given): the prepared one must be it, token for token. Without one, the
+    prepared vocabulary was trained, and `vocab_size` is compared with the size it was trained
+    for: a UserError when `explicit` (the user set it), a warning when it is only a default.
+    """
+    saved = os.path.join(prepared, TOKENIZER_DIR)
+    if not os.path.isdir(saved):
+        return []
+    have = load_tokenizer(saved)
+    if tokenizer_spec:
+        wanted = load_tokenizer(tokenizer_spec, lowercase=lowercase)
+        if not same_vocabulary(have, wanted):
+            raise UserError(f"{prepared} was prepared with another vocabulary "
+                            f"({_describe(have)}) than {tokenizer_spec} ({_describe(wanted)}); "
+                            "nothing was changed: prepare into another directory")
+        return []
+    trained_for = have.requested_vocab_size or have.vocab_size
+    if vocab_size is None or vocab_size == trained_for:
+        return []
+    mismatch = (f"{prepared} holds a vocabulary trained for {trained_for} tokens, not the "
+                f"{vocab_size} asked for")
+    if explicit:
+        raise UserError(f"{mismatch}; nothing was changed: prepare into another directory, or "
+                        "leave the vocabulary size unset to use the one there")
+    return [f"{mismatch} by default; using the one there"]
+
+
+def same_vocabulary(a: Tokenizer, b: Tokenizer) -> bool:
+    """Equal ids for every text: the same kind, casing and tokens in the same order."""
+    return (a.kind, a.lowercase, a.vocab_size) == (b.kind, b.lowercase, b.vocab_size) and all(
+        a.id_to_token(i) == b.id_to_token(i) for i in range(a.vocab_size))
+
+
+def _describe(tokenizer: Tokenizer) -> str:
+    case = "uncased" if tokenizer.lowercase else "cased"
+    return f"{tokenizer.kind}, {case}, {tokenizer.vocab_size} tokens"
 
 
 class PreparedCorpus:

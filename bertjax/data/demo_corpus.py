@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 
+from bertjax import atomic_files
 from bertjax.data import packaged
 from bertjax.data.sources import SourceStats, iter_documents
 from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
@@ -29,21 +29,12 @@ def write_demo_corpus(output: str) -> dict:
     directory = os.path.dirname(os.path.abspath(output))
     try:
         os.makedirs(directory, exist_ok=True)
-        handle, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(output)}.tmp-", dir=directory)
-    except OSError as e:
-        raise UserError(f"cannot write {output}: {e}") from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
+        with atomic_files.replacing(output) as f:
             for i, document in enumerate(iter_documents([dump], "mediawiki", stats=stats)):
                 f.write(("\n" if i else "") + "".join(s + "\n" for s in document))
                 words += sum(len(s.split()) for s in document)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the corpus from other users
-        os.replace(tmp, output)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    except OSError as e:
+        raise UserError(f"cannot write {output}: {e}") from None
     return {"articles": stats.documents, "redirects_dropped": stats.skipped_pages["redirect"],
             "other_pages_dropped": sum(stats.skipped_pages.values())
             - stats.skipped_pages["redirect"], "sentences": stats.sentences, "words": words}

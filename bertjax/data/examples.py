@@ -23,9 +23,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from bertjax.data.chunk_permutation import Permutation
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.tokenizer import SpecialIds
-from bertjax.errors import UserError
+from bertjax.errors import UserError, check_choice
 
 MODES = ("nsp", "full_sentences")
 MIN_SEQ_LEN = 5  # [CLS] A [SEP] B [SEP] with one token on each side
@@ -110,51 +111,13 @@ def truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int,
     return a[front_a:front_a + keep_a], b[front_b:front_b + keep_b]
 
 
-class Permutation:
-    """A keyed pseudo-random permutation of range(n), evaluated per index in O(1) memory.
-
-    A balanced 4-round Feistel network on the smallest even bit width covering n, with cycle
-    walking (values >= n are encrypted again until they fall below n; the domain is < 4n, so
-    that takes under 4 rounds on average). A stored np.random permutation would cost 8 bytes a
-    chunk per phase, per worker, and O(n) time at every epoch.
-    """
-
-    def __init__(self, n: int, key: list[int], rounds: int = 4):
-        self.n = n
-        self.half = max(1, (max(n - 1, 1).bit_length() + 1) // 2)
-        self.keys = np.random.SeedSequence(key).generate_state(rounds, np.uint64)
-
-    def _encrypt(self, x: np.ndarray) -> np.ndarray:
-        mask = np.uint64((1 << self.half) - 1)
-        left, right = x >> np.uint64(self.half), x & mask
-        for key in self.keys:
-            left, right = right, left ^ (_mix64(right ^ key) & mask)
-        return (left << np.uint64(self.half)) | right
-
-    def __call__(self, index: np.ndarray) -> np.ndarray:
-        out = self._encrypt(np.asarray(index, np.uint64))
-        outside = out >= self.n
-        while outside.any():
-            out[outside] = self._encrypt(out[outside])
-            outside = out >= self.n
-        return out.astype(np.int64)
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a cheap, well-mixing round function (uint64 wraps around)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 class ExampleSource:
     """The examples of one split (a set of documents) of a corpus, in one mode."""
 
     def __init__(self, corpus: PreparedCorpus, documents: np.ndarray, *, mode: str,
                  special: SpecialIds, short_seq_prob: float = 0.1, name: str = "train",
                  key: Sequence[int] = (0,)):
-        if mode not in MODES:
-            raise UserError(f"unknown example mode {mode!r}; choose one of {', '.join(MODES)}")
+        check_choice("example mode", mode, MODES, unknown=True)
         if not 0.0 <= short_seq_prob <= 1.0:
             raise UserError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
         documents = np.unique(np.asarray(documents, np.int64))

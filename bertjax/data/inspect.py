@@ -1,12 +1,12 @@
 """Look at what the model will be fed: decoded pretraining batches and their statistics.
 
     python -m bertjax.data.inspect --config=configs/base.py --workdir=DIR --batches 4 \
-        [--step 0] [--examples 4] [--dump batches.npz] [--config.KEY=VALUE ...]
+        [--step 0] [--examples 4] [--dump batches.npz [--overwrite]] [--config.KEY=VALUE ...]
 
 Prints the first examples of the first batch as tokens, each prediction target shown beside what
 the model sees ("[MASK](=sat)", "dog(=sat)" for a random replacement, "sat(=sat)" when kept), the
 NSP label, then statistics over all the batches. --dump writes the raw batch arrays (the batch
-schema's keys, batches concatenated) to an .npz file.
+schema's keys, batches concatenated) to an .npz file, which must not exist unless --overwrite.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ml_collections import config_flags
 
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import UserError, exit_on_user_error
+from bertjax.file_modes import publish
 
 FLAGS = flags.FlagValues()
 config_flags.DEFINE_config_file("config", None, "Pretraining config file (a get_config() module).",
@@ -34,6 +35,7 @@ flags.DEFINE_integer("examples", 4, "How many examples of the first batch to pri
                      flag_values=FLAGS)
 flags.DEFINE_string("dump", None, "Write the raw batch arrays to this .npz file.",
                     flag_values=FLAGS)
+flags.DEFINE_bool("overwrite", False, "Replace an existing --dump file.", flag_values=FLAGS)
 
 NSP_NAMES = {0: "IsNext", 1: "NotNext"}
 
@@ -115,19 +117,30 @@ def format_statistics(stats: dict) -> str:
                      else f"  {key:<24} {value}" for key, value in stats.items())
 
 
-def write_dump(path: str, batches: list[dict]) -> None:
+def check_dump_target(path: str, *, overwrite: bool) -> None:
+    """Refuses, before any batch is built, a dump that would replace a file unasked."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UserError(f"cannot write {path}: {directory} is not a directory")
+    if os.path.isdir(path):
+        raise UserError(f"cannot write {path}: it is a directory")
+    if os.path.lexists(path) and not overwrite:
+        raise UserError(f"{path} already exists; choose a new --dump file or pass --overwrite")
+
+
+def write_dump(path: str, batches: list[dict], *, overwrite: bool = False) -> None:
     """The batches' arrays, concatenated per key, written atomically to an .npz file."""
+    check_dump_target(path, overwrite=overwrite)
     shapes = {key: {b[key].shape[1:] for b in batches} for key in batches[0]}
     if any(len(s) > 1 for s in shapes.values()):
         raise UserError("the batches cross a sequence-length switch; dump batches of one phase")
     arrays = {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UserError(f"cannot write {path}: {directory} is not a directory")
     handle, tmp = tempfile.mkstemp(prefix=".inspect-", suffix=".npz", dir=directory)
     try:
         with os.fdopen(handle, "wb") as f:
             np.savez(f, **arrays)
+        publish(tmp)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -148,16 +161,21 @@ def _parse(argv: list[str]):
         raise UserError("--workdir is required (or --config.data.prepared=DIR)")
     if FLAGS.batches < 1 or FLAGS.step < 0 or FLAGS.examples < 0:
         raise UserError("--batches must be positive, --step and --examples not negative")
+    if FLAGS.dump:
+        check_dump_target(FLAGS.dump, overwrite=FLAGS.overwrite)
     return config
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
-    from bertjax.builders import build_pretraining_data
+    from bertjax.jobs import pretraining_data
+    from bertjax.settings import pretrain
 
     config = _parse(list(sys.argv if argv is None else argv))
     config.data.workers = 0  # a few batches: building them here beats starting worker processes
-    data, tokenizer = build_pretraining_data(config, FLAGS.workdir or "")
+    s = pretrain.read(config)
+    prepared = pretraining_data.prepared_corpus(s, FLAGS.workdir or "", None)
+    data, tokenizer = pretraining_data.batches(s, prepared), prepared.tokenizer
     with data.train_iterator(FLAGS.step) as batches_from:
         batches = [next(batches_from) for _ in range(FLAGS.batches)]
     print(f"step {FLAGS.step}, {data.local_batch_size} examples a batch, mode {data.mode}")
@@ -165,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"statistics over {len(batches)} batches:")
     print(format_statistics(batch_statistics(batches, tokenizer)))
     if FLAGS.dump:
-        write_dump(FLAGS.dump, batches)
+        write_dump(FLAGS.dump, batches, overwrite=FLAGS.overwrite)
         print(f"wrote {FLAGS.dump}")
 
 

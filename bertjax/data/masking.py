@@ -27,74 +27,14 @@ References followed:
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from bertjax.data import schema
+from bertjax.data.masking_config import MaskingConfig, is_int
+from bertjax.data.word_selection import Spans, WordSelection
 from bertjax.errors import UserError
-
-STRATEGIES = ("token", "whole_word", "span")
-RANDOM_TOKEN_SOURCES = ("uniform", "unigram")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskingConfig:
-    strategy: str = "token"            # "token" | "whole_word" | "span"
-    mask_prob: float = 0.15            # fraction of non-special tokens selected for prediction
-    mask_token_prob: float = 0.8       # of the selected: replaced by [MASK]
-    random_token_prob: float = 0.1     # of the selected: a random token instead (rest unchanged)
-    random_token_source: str = "uniform"   # "uniform" over non-special vocab, or "unigram"
-    span_geometric_p: float = 0.2      # SpanBERT span length in words ~ Geometric(p), renormalized
-    max_span_length: int = 10          # ... over 1..max_span_length
-
-    def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise UserError(f"masking.strategy must be one of {', '.join(STRATEGIES)}, "
-                            f"got {self.strategy!r}")
-        if self.random_token_source not in RANDOM_TOKEN_SOURCES:
-            raise UserError(f"masking.random_token_source must be one of "
-                            f"{', '.join(RANDOM_TOKEN_SOURCES)}, got {self.random_token_source!r}")
-        for name, zero_allowed in (("mask_prob", False), ("mask_token_prob", True),
-                                   ("random_token_prob", True), ("span_geometric_p", False)):
-            value = getattr(self, name)
-            number = isinstance(value, (int, float, np.integer, np.floating)) \
-                and not isinstance(value, bool)
-            if not number or not (0.0 < value <= 1.0 or (zero_allowed and value == 0.0)):
-                interval = "[0, 1]" if zero_allowed else "(0, 1]"
-                raise UserError(f"masking.{name} must be a number in {interval}, got {value!r}")
-        if self.mask_token_prob + self.random_token_prob > 1.0 + 1e-9:
-            raise UserError(f"masking.mask_token_prob + masking.random_token_prob must not exceed "
-                            f"1, got {self.mask_token_prob} + {self.random_token_prob}")
-        if not _is_int(self.max_span_length) or self.max_span_length < 1:
-            raise UserError(f"masking.max_span_length must be a positive integer, "
-                            f"got {self.max_span_length!r}")
-
-    def span_length_pmf(self) -> np.ndarray:
-        """P(span = k words) for k = 1..max_span_length: SpanBERT's renormalized geometric law."""
-        k = np.arange(1, self.max_span_length + 1)
-        pmf = self.span_geometric_p * (1.0 - self.span_geometric_p) ** (k - 1)
-        return pmf / pmf.sum()
-
-
-class Spans(NamedTuple):
-    """The spans chosen for one example, in the order they were drawn."""
-    first: np.ndarray        # int[S] position of each span's first token
-    end: np.ndarray          # int[S] position just past each span's last token
-    words: np.ndarray        # int[S] words the span covers
-    drawn_words: np.ndarray  # int[S] length drawn from the law (only the last span may be cut)
-
-
-class _Words(NamedTuple):
-    first: np.ndarray         # int[W] first token of each word
-    end: np.ndarray           # int[W] one past its last token
-    of_token: np.ndarray      # int[L] word index of each token (meaningful at candidates only)
-    ends_segment: np.ndarray  # bool[W] the token after the word is special or the sequence end
 
 
 class _Selection(NamedTuple):
@@ -105,21 +45,21 @@ class _Selection(NamedTuple):
     span_fields: tuple       # (left, right, offset) int[P] each, or () when not span masking
 
 
-class Masker:
+class Masker(WordSelection):
     """Chooses the tokens an example predicts and corrupts its input; see the module docstring."""
 
     def __init__(self, config: MaskingConfig, *, vocab_size: int, mask_id: int,
                  special_ids: np.ndarray, word_start: np.ndarray,
                  unigram_counts: np.ndarray | None = None):
         if not isinstance(config, MaskingConfig):
-            raise UserError(f"Masker needs a MaskingConfig, got {type(config).__name__}")
-        if not _is_int(vocab_size) or vocab_size < 2:
+            raise TypeError(f"Masker needs a MaskingConfig, got {type(config).__name__}")
+        if not is_int(vocab_size) or vocab_size < 2:
             raise UserError(f"vocab_size must be an integer of at least 2, got {vocab_size!r}")
         special_ids = np.asarray(special_ids).reshape(-1)
         if special_ids.size and (special_ids.dtype.kind not in "iu" or special_ids.min() < 0
                                  or special_ids.max() >= vocab_size):
             raise UserError(f"special_ids must be integer ids below vocab_size {vocab_size}")
-        if not _is_int(mask_id) or not 0 <= mask_id < vocab_size:
+        if not is_int(mask_id) or not 0 <= mask_id < vocab_size:
             raise UserError(f"mask_id {mask_id!r} is outside the vocabulary of {vocab_size}")
         word_start = np.asarray(word_start)
         if word_start.shape != (vocab_size,) or word_start.dtype != bool:
@@ -221,7 +161,7 @@ class Masker:
                             f"got {ids.dtype}{list(ids.shape)}")
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise UserError(f"input_ids hold ids outside the vocabulary of {self.vocab_size}")
-        if not _is_int(max_predictions) or max_predictions < 1:
+        if not is_int(max_predictions) or max_predictions < 1:
             raise UserError(f"max_predictions must be a positive integer, got {max_predictions!r}")
         if len(rngs) != ids.shape[0] or not all(isinstance(r, np.random.Generator) for r in rngs):
             raise UserError(f"need one numpy Generator per example: {ids.shape[0]} examples, "
@@ -262,86 +202,6 @@ class Masker:
         return _pad_selection(first[unit] + offset, unit, (first[unit] - 1, end[unit], offset),
                               max_predictions)
 
-    def _words(self, ids: np.ndarray, cand: np.ndarray) -> _Words:
-        # A word starts at a word-start token, or at any token that follows a special token.
-        follows_special = np.ones_like(cand)
-        follows_special[1:] = ~cand[:-1]
-        starts = cand & (self._word_start[ids] | follows_special)
-        first = np.flatnonzero(starts)
-        stops = np.append(np.flatnonzero(starts | ~cand), ids.size)
-        end = stops[np.searchsorted(stops, first, side="right")]
-        ends_segment = ~np.append(cand, False)[end]
-        return _Words(first, end, np.cumsum(starts) - 1, ends_segment)
-
-    def _whole_word_positions(self, ids, cand, budget, rng) -> np.ndarray:
-        words = self._words(ids, cand)
-        order = rng.permutation(words.first.size)
-        sizes = (words.end - words.first)[order]
-        taken = np.zeros(order.size, bool)
-        pos, left = 0, budget
-        # Google's loop over the shuffled words, a run of words at a time: take the longest
-        # prefix that fits, skip the word that overflows, go on from the next word that fits.
-        while left > 0:
-            fits = np.flatnonzero(sizes[pos:] <= left)
-            if fits.size == 0:
-                break
-            pos += int(fits[0])
-            total = np.cumsum(sizes[pos:])
-            count = int(np.searchsorted(total, left, side="right"))
-            taken[pos:pos + count] = True
-            left -= int(total[count - 1])
-            pos += count + 1
-        chosen = np.zeros(order.size, bool)
-        chosen[order[taken]] = True
-        return np.flatnonzero(cand & chosen[words.of_token])
-
-    def _choose_spans(self, ids, cand, budget, max_predictions, rng) -> Spans:
-        words = self._words(ids, cand)
-        index = np.arange(words.first.size)
-        # next_stop[w]: the first word from w on that a span starting at w may not cover (a used
-        # word, or the first word past w's segment); next_stop - index is the room at w.
-        next_stop = np.minimum.accumulate(
-            np.where(words.ends_segment, index + 1, index.size)[::-1])[::-1]
-        spans, drawn, left = [], [], budget
-        while left > 0:
-            length = self._span_length(rng, self.config.max_span_length)
-            starts = np.flatnonzero(next_stop - index >= length)
-            if starts.size == 0:
-                # Redraw from the law restricted to the lengths that still fit: the same as
-                # drawing until one fits, without the loop.
-                longest = int((next_stop - index).max(initial=0))
-                if longest == 0:
-                    break
-                length = self._span_length(rng, longest)
-                starts = np.flatnonzero(next_stop - index >= length)
-            start = int(starts[int(rng.random() * starts.size)])
-            count = length
-            if words.end[start + length - 1] - words.first[start] > left:
-                covered = np.cumsum(words.end[start:start + length]
-                                    - words.first[start:start + length])
-                count = _cut_last_span(covered, left, budget - left, max_predictions, rng)
-            if count:
-                end = start + count
-                # Keep an unmasked token on both sides of every span (SpanBERT merges touching
-                # spans instead), so that span_left / span_right always point at visible tokens.
-                low = start - (start > 0 and not words.ends_segment[start - 1])
-                high = end + (not words.ends_segment[end - 1])
-                next_stop[low:high] = index[low:high]
-                next_stop[np.searchsorted(next_stop[:low], low, side="right"):low] = low
-                spans.append((words.first[start], words.end[end - 1], count))
-                drawn.append(length)
-                left -= int(words.end[end - 1] - words.first[start])
-            if count < length:
-                break
-        table = np.array(spans, np.int64).reshape(-1, 3)
-        return Spans(table[:, 0], table[:, 1], table[:, 2], np.array(drawn, np.int64))
-
-    def _span_length(self, rng: np.random.Generator, longest: int) -> int:
-        """A length in words from the law restricted to 1..longest (inverse cdf)."""
-        top = min(longest, self.config.max_span_length)
-        length = 1 + bisect.bisect_right(self._span_cdf, rng.random() * self._span_cdf[top - 1])
-        return min(length, top)  # guards float rounding at the top of the cdf
-
     # ---- corruption --------------------------------------------------------------------------
 
     def _corrupt(self, ids, positions, count, draw, replacement_draws, span_fields) -> dict:
@@ -353,29 +213,13 @@ class Masker:
         replaced = np.where(draw < config.mask_token_prob, self.mask_id,
                             self.random_tokens(replacement_draws))
         change = real & (draw < config.mask_token_prob + config.random_token_prob)
-        masked = ids.astype(np.int32)
+        masked = ids.copy()
         changed_rows, changed_slots = np.nonzero(change)
         masked[changed_rows, positions[changed_rows, changed_slots]] = replaced[change]
-        out = {"input_ids": masked,
-               "masked_positions": positions.astype(np.int32),
-               "masked_ids": np.where(real, ids[rows, positions], 0).astype(np.int32),
-               "masked_weights": real.astype(np.float32)}
-        for name, values in zip(("span_left", "span_right", "span_offset"), span_fields):
-            out[name] = values.astype(np.int32)
-        return out
-
-
-def _cut_last_span(covered: np.ndarray, left: int, used: int, max_predictions: int,
-                   rng: np.random.Generator) -> int:
-    """Words of an overflowing span to keep: those within the budget, plus the word the budget
-    ends inside with probability (budget left in it) / (its size), so that the expected total
-    is exactly the budget; never more than max_predictions."""
-    count = int(np.searchsorted(covered, left, side="right"))
-    before = int(covered[count - 1]) if count else 0
-    size = int(covered[count]) - before
-    if used + before + size <= max_predictions and rng.random() * size < left - before:
-        count += 1
-    return count
+        return schema.with_declared_dtypes({
+            "input_ids": masked, "masked_positions": positions,
+            "masked_ids": np.where(real, ids[rows, positions], 0), "masked_weights": real,
+            **dict(zip(schema.SPAN_FIELDS, span_fields))})
 
 
 def _pad_selection(positions, unit, span_fields, max_predictions) -> _Selection:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import io
 import json
 import os
 from typing import Iterable, Sequence
@@ -41,6 +40,9 @@ class Tokenizer(abc.ABC):
     kind: str
     lowercase: bool
     special: SpecialIds
+    # The size a trained vocabulary was asked for (it may come out smaller on a small corpus);
+    # saved with it, so that a later request can be compared with the request, not the outcome.
+    requested_vocab_size: int | None = None
 
     @property
     @abc.abstractmethod
@@ -82,6 +84,8 @@ class Tokenizer(abc.ABC):
     def _write_config(self, directory: str, **extra) -> None:
         os.makedirs(directory, exist_ok=True)
         config = {"type": self.kind, "lowercase": self.lowercase, **extra}
+        if self.requested_vocab_size is not None:
+            config["requested_vocab_size"] = self.requested_vocab_size
         with open(os.path.join(directory, CONFIG_FILE), "w") as f:
             json.dump(config, f, indent=2)
 
@@ -230,57 +234,6 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"cannot read SentencePiece model {path}: {e}") from None
 
 
-def _check_vocab_size(vocab_size: int) -> None:
-    if vocab_size <= len(SPECIAL_TOKENS):
-        raise UserError(f"vocab_size {vocab_size} must exceed the {len(SPECIAL_TOKENS)} special tokens")
-
-
-def train_wordpiece(texts: Iterable[str], vocab_size: int = 30522, lowercase: bool = True,
-                    min_frequency: int = 2, limit_alphabet: int = 1000) -> WordPieceTokenizer:
-    """Learns a WordPiece vocabulary; the special tokens take ids 0-4."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import models, normalizers, pre_tokenizers, trainers
-
-    _check_vocab_size(vocab_size)
-    tok = HFTokenizer(models.WordPiece(unk_token=UNK))
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, limit_alphabet=limit_alphabet,
-        special_tokens=list(SPECIAL_TOKENS), continuing_subword_prefix="##", show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer)
-    learned = set(tok.get_vocab()) - set(SPECIAL_TOKENS)
-    if not learned:
-        raise UserError("the corpus is empty: no vocabulary could be learned from it")
-    # The trainer breaks ties between equally frequent merges in hash-map order, which changes
-    # from run to run: the same corpus gives the same tokens under shuffled ids. WordPiece only
-    # uses the set of tokens, so a sorted order makes the ids reproducible.
-    return WordPieceTokenizer(list(SPECIAL_TOKENS) + sorted(learned), lowercase=lowercase)
-
-
-def train_sentencepiece(texts: Iterable[str], vocab_size: int = 30522, lowercase: bool = True,
-                        character_coverage: float = 0.9995,
-                        max_sentences: int = 10_000_000) -> SentencePieceTokenizer:
-    """Learns a unigram SentencePiece model; [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4."""
-    import sentencepiece as spm
-
-    _check_vocab_size(vocab_size)
-    lowered = (t.lower() if lowercase else t for t in texts)
-    nonempty = (t for t in lowered if t.strip())
-    model = io.BytesIO()
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=nonempty, model_writer=model, vocab_size=vocab_size,
-            model_type="unigram", character_coverage=character_coverage,
-            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece=PAD, unk_piece=UNK,
-            user_defined_symbols=[CLS, SEP, MASK], input_sentence_size=max_sentences,
-            shuffle_input_sentence=True, hard_vocab_limit=False, minloglevel=2)
-    except RuntimeError as e:
-        raise UserError(f"SentencePiece training failed: {' '.join(str(e).split())}") from None
-    return SentencePieceTokenizer(model.getvalue(), lowercase=lowercase)
-
-
 def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
     """Loads a saved tokenizer directory, a BERT `vocab.txt`, or a SentencePiece `.model` file.
 
@@ -294,11 +247,14 @@ def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
                 config = json.load(f)
         case = config.get("lowercase", True) if lowercase is None else lowercase
         if config.get("type") == "sentencepiece" or os.path.exists(os.path.join(path, "spm.model")):
-            return SentencePieceTokenizer.from_model_file(os.path.join(path, "spm.model"), case)
-        vocab_file = os.path.join(path, config.get("vocab_file", "vocab.txt"))
-        if not os.path.exists(vocab_file):
-            raise UserError(f"{path} holds no tokenizer (no vocab.txt or spm.model)")
-        return WordPieceTokenizer.from_vocab_file(vocab_file, case)
+            tokenizer = SentencePieceTokenizer.from_model_file(os.path.join(path, "spm.model"), case)
+        else:
+            vocab_file = os.path.join(path, config.get("vocab_file", "vocab.txt"))
+            if not os.path.exists(vocab_file):
+                raise UserError(f"{path} holds no tokenizer (no vocab.txt or spm.model)")
+            tokenizer = WordPieceTokenizer.from_vocab_file(vocab_file, case)
+        tokenizer.requested_vocab_size = config.get("requested_vocab_size")
+        return tokenizer
     if not os.path.exists(path):
         raise UserError(f"tokenizer not found: {path}")
     case = True if lowercase is None else lowercase

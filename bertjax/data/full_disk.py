@@ -1,0 +1,36 @@
+"""A full disk while writing prepared data: one line for the user, not a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import shutil
+from typing import Iterator
+
+from bertjax.errors import UserError
+
+
+@contextlib.contextmanager
+def full_disk_reported(output_dir: str) -> Iterator[None]:
+    """A full disk is the user's to fix, not a traceback: one line with the path and the space
+    left. Every write is atomic, so the complete shards stay and a rerun finishes the rest."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        try:
+            free = f"{_bytes(shutil.disk_usage(output_dir).free)} free there"
+        except OSError:
+            free = "free space unknown"
+        raise UserError(f"no space left on the device writing the prepared corpus {output_dir} "
+                        f"({free}); its complete shards are kept: free some space and run the "
+                        "same command again to finish") from None
+
+
+def _bytes(count: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"

@@ -1,0 +1,113 @@
+"""Raw text -> tokenized shards on disk (corpus.py's format), done once: parallel, bounded in
+memory, atomic and resumable.
+
+The main process streams documents from the sources and hands groups of `documents_per_shard`
+documents (shard i holds documents [i*K, (i+1)*K) in source order) to worker processes, which
+tokenize and write their shard (shard_writing.py). `plan.json`, written first, fingerprints the
+inputs, the tokenizer and the shard size (preparation_plan.py): a rerun with the same fingerprint
+skips the complete shards and finishes the rest; a different one is refused and nothing is
+touched. The manifest is written last: its presence means "complete".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from typing import Sequence
+
+from bertjax.data import corpus
+from bertjax.data.full_disk import full_disk_reported
+from bertjax.atomic_files import write_json
+from bertjax.data.preparation_plan import PLAN, exclusive_output, make_plan
+from bertjax.data.shard_writing import write_shards
+from bertjax.data.sources import (DEFAULT_MAX_LINE_CHARS, FORMATS, SourceStats, is_tfds,
+                                  iter_documents, resolve_inputs)
+from bertjax.data.tokenizer import Tokenizer
+from bertjax.errors import UserError
+from bertjax.file_modes import publish
+
+DEFAULT_DOCUMENTS_PER_SHARD = 10_000
+
+
+def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer: Tokenizer, *,
+            documents_per_shard: int = DEFAULT_DOCUMENTS_PER_SHARD, workers: int | None = None,
+            progress: bool = True, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
+            tfds_data_dir: str | None = None) -> dict:
+    """Prepares (or finishes preparing) the corpus in `output_dir`; returns its manifest.
+
+    `workers` processes tokenize (default: one per core; 1 tokenizes in this process). A
+    progress bar with tokens/s goes to stderr. `tfds:` inputs are read from `tfds_data_dir`
+    (default: TFDS's own, $TFDS_DATA_DIR or ~/tensorflow_datasets).
+    """
+    if documents_per_shard < 1:
+        raise UserError(f"documents_per_shard must be positive, got {documents_per_shard}")
+    workers = (os.cpu_count() or 1) if workers is None else workers
+    if workers < 1:
+        raise UserError(f"workers must be positive, got {workers}")
+    if input_format not in FORMATS:
+        raise UserError(f"unknown input format {input_format!r}; expected one of "
+                        f"{', '.join(FORMATS)}")
+    # The output may sit inside an input directory: never read our own shards back as text.
+    files = [f for f in resolve_inputs(inputs) if is_tfds(f) or not _is_within(f, output_dir)]
+    plan = make_plan(files, input_format, tokenizer, documents_per_shard, max_line_chars, tfds_data_dir)
+    created = not os.path.exists(output_dir)
+    with full_disk_reported(output_dir), exclusive_output(output_dir, plan) as done:
+        if done is not None:
+            return done
+        write_json(os.path.join(output_dir, PLAN), plan)
+        _save_tokenizer(tokenizer, output_dir)
+        corpus.remove_partial_shards(output_dir)
+        stats = SourceStats()
+        start = time.perf_counter()
+        try:
+            documents = iter_documents(files, input_format, stats=stats,
+                                       max_line_chars=max_line_chars, tfds_data_dir=tfds_data_dir)
+            shards, new_tokens = write_shards(documents, output_dir, tokenizer,
+                                               documents_per_shard, workers, progress)
+        except UserError:
+            _abandon_if_nothing_written(output_dir, created)
+            raise
+        seconds = time.perf_counter() - start
+        corpus.write_manifest(output_dir, shards, tokenizer.vocab_size, extra={
+            "inputs": list(inputs), "input_format": input_format,
+            "fingerprint": plan["fingerprint"], "plan": plan, "source": stats.to_json(),
+            "documents_per_shard": documents_per_shard, "seconds": round(seconds, 3),
+            "tokens_per_sec": round(new_tokens / seconds, 1) if seconds > 0 else 0.0})
+        return corpus.read_manifest(output_dir)
+
+
+def _is_within(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return os.path.commonpath([path, directory]) == directory
+
+
+def _abandon_if_nothing_written(output_dir: str, created: bool) -> None:
+    """After bad input that stopped a run before its first shard: leave no plan behind, which
+    would tie the directory to inputs the user is about to fix."""
+    shards_dir = os.path.join(output_dir, corpus.SHARDS_DIR)
+    if os.path.isdir(shards_dir) and any(not n.startswith(".") for n in os.listdir(shards_dir)):
+        return  # complete shards: keep them for the resumed run
+    shutil.rmtree(shards_dir, ignore_errors=True)
+    shutil.rmtree(os.path.join(output_dir, corpus.TOKENIZER_DIR), ignore_errors=True)
+    os.remove(os.path.join(output_dir, PLAN))
+    if created:
+        os.remove(os.path.join(output_dir, ".lock"))
+        with contextlib.suppress(OSError):
+            os.rmdir(output_dir)
+
+
+def _save_tokenizer(tokenizer: Tokenizer, output_dir: str) -> None:
+    final = os.path.join(output_dir, corpus.TOKENIZER_DIR)
+    if os.path.isdir(final):
+        return  # same fingerprint, so the same tokenizer
+    tmp = tempfile.mkdtemp(prefix=f".{corpus.TOKENIZER_DIR}.tmp-", dir=output_dir)
+    try:
+        tokenizer.save(tmp)
+        publish(tmp)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
