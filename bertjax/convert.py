@@ -24,6 +24,7 @@ import sys
 
 from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
 from bertjax.interop import hf_files, hf_models, output_dir, params_dir
+from bertjax.library_logs import quiet_routine_library_logs
 from bertjax.model.config import EncoderConfig
 
 # What a converted model holds: BertForPretraining(nsp=True) without the SpanBERT head.
@@ -56,9 +57,7 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
     tokenizer, notes = hf_files.read_tokenizer(hf_dir)
     imported = hf_models.from_hf(hf_config, hf_files.read_state_dict(hf_dir),
                                  scan_layers=scan_layers, seed=seed)
-    if tokenizer is not None and tokenizer.vocab_size > imported.model.vocab_size:
-        raise UserError(f"{hf_dir}/{hf_files.VOCAB} has {tokenizer.vocab_size} tokens but the "
-                        f"model embeds only {imported.model.vocab_size}")
+    check_vocabulary_matches(hf_dir, tokenizer, imported.model.vocab_size)
     if imported.initialized:
         notes.append(f"initialized fresh (not in {hf_dir}): {', '.join(imported.initialized)}")
     if imported.not_imported:
@@ -75,6 +74,20 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
     return imported.model, notes
 
 
+def check_vocabulary_matches(hf_dir: str, tokenizer, embeddings: int) -> None:
+    """A BERT vocabulary is the embedding table's row index: token i is row i. More tokens than
+    rows cannot be embedded; fewer leave rows that no token reaches, which means another
+    vocabulary or a truncated file, and fine-tuning refuses the mismatch. Either is refused here,
+    before anything is written, rather than at the first run. It is checked against the
+    embedding table itself, not config.json, whose vocab_size may be what is wrong."""
+    if tokenizer is None or tokenizer.vocab_size == embeddings:
+        return
+    relation = "more" if tokenizer.vocab_size > embeddings else "fewer"
+    raise UserError(f"{hf_dir}/{hf_files.VOCAB} has {tokenizer.vocab_size} tokens, {relation} "
+                    f"than the model's {embeddings} word embeddings: not this model's vocabulary "
+                    "(each token must name one embedding row)")
+
+
 def _names(names: list[str], limit: int = 6) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f" ... ({len(names) - limit} more)" if len(names) > limit else "")
@@ -83,6 +96,7 @@ def _names(names: list[str], limit: int = 6) -> str:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
+    quiet_routine_library_logs()
     model, notes = convert(args.from_hf, args.output, seed=args.seed,
                            scan_layers=args.scan_layers, overwrite=args.overwrite)
     for note in notes:

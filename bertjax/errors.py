@@ -8,15 +8,37 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, Collection, TypeVar
 
 EXIT_BAD_INPUT = 2
 
 _F = TypeVar("_F", bound=Callable[..., object])
+_V = TypeVar("_V")
 
 
 class UserError(ValueError):
     """A problem with the user's input, files or config, reported without a traceback."""
+
+
+def check_choice(setting: str, value: _V, choices: Collection, *, unknown: bool = False) -> _V:
+    """`value`, if it is one of `choices`; else the UserError "masking.strategy must be one of
+    token, span, got 'x'" or, with `unknown`, where `setting` names a kind of thing rather than
+    a config key: "unknown input format 'x'; choose one of text, mediawiki"."""
+    if value in choices:
+        return value
+    listed = ", ".join(str(choice) for choice in choices)
+    if unknown:
+        raise UserError(f"unknown {setting} {value!r}; choose one of {listed}")
+    raise UserError(f"{setting} must be one of {listed}, got {value!r}")
+
+
+def check_int(name: str, value, minimum: int, why: str = "") -> None:
+    """Refuses anything but an integer (numpy's included, bool excluded) of at least `minimum`."""
+    import numpy as np  # here: the command-line error path stays free of numpy
+
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+        raise UserError(f"{name} must be an integer of at least {minimum}{' ' + why if why else ''}"
+                        f", got {value!r}")
 
 
 def report(message: str, program: str = "bertjax") -> None:

@@ -20,8 +20,10 @@ import argparse
 import os
 import sys
 
+from bertjax import loading
 from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
 from bertjax.interop import hf_files, hf_models, output_dir, params_dir
+from bertjax.library_logs import quiet_routine_library_logs
 
 FORMATS = ("params", "hf")
 # What a params export keeps of the source's record (the rest describes the source run).
@@ -45,30 +47,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def load_source(source: str, step: int | None) -> params_dir.ParamsBundle:
-    if step is not None:
-        if not params_dir.is_workdir(source):
-            raise UserError("--step needs a workdir with checkpoints/")
-        bundle = params_dir.load_from_workdir(source, step)
-    else:
-        bundle = params_dir.load_any(source)
-    if bundle.model is None:
-        raise UserError(f"{source} does not record its model config (no run.json with an "
-                        "encoder entry); cannot tell what the parameters are")
-    return bundle
-
-
-def source_tokenizer(bundle: params_dir.ParamsBundle, override: str):
-    from bertjax.data.tokenizer import load_tokenizer
-
-    path = override or bundle.tokenizer_dir
-    if not path:
+def source_tokenizer(loaded: loading.Loaded, override: str):
+    """The vocabulary to ship: `override`, or the one the source recorded (None if it is gone)."""
+    if not override and not loaded.has_tokenizer:
         return None
-    tokenizer = load_tokenizer(path)
-    if tokenizer.vocab_size > bundle.model.vocab_size:
-        raise UserError(f"the tokenizer {path} has {tokenizer.vocab_size} tokens, more than the "
-                        f"model's {bundle.model.vocab_size} embeddings: not this model's "
-                        "vocabulary")
+    tokenizer = loaded.tokenizer(override)
+    model = loaded.require_encoder()
+    if tokenizer.vocab_size > model.vocab_size:
+        raise UserError(f"the tokenizer {override or loaded.tokenizer_dir} has "
+                        f"{tokenizer.vocab_size} tokens, more than the model's "
+                        f"{model.vocab_size} embeddings: not this model's vocabulary")
     return tokenizer
 
 
@@ -80,21 +68,22 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
     if not os.path.exists(source):
         raise UserError(f"checkpoint not found: {source}")
     output_dir.check_target(output, overwrite=overwrite, sources=(source,))
-    bundle = load_source(source, step)
+    bundle = loading.load(source, step)
+    bundle.require_encoder()
     vocabulary = source_tokenizer(bundle, tokenizer)
     warnings = [] if vocabulary else [f"{source} records no tokenizer that still exists; the "
                                       "export has none (pass --tokenizer PATH)"]
     if fmt == "params":
         record = {k: bundle.info[k] for k in _RECORD_KEYS if k in bundle.info}
-        params_dir.save(output, bundle.params, bundle.model, heads=bundle.heads,
+        params_dir.save(output, bundle.params, bundle.encoder, heads=bundle.heads,
                         tokenizer=vocabulary, info=record, overwrite=overwrite)
         return warnings
-    model = hf_models.to_hf(bundle.params, bundle.model, bundle.heads)
+    model = hf_models.to_hf(bundle.params, bundle.encoder, bundle.heads)
     with output_dir.staged(output, overwrite=overwrite) as staging:
         hf_files.write_model(staging, model.config, model.state_dict)
         if vocabulary is not None:
             note = hf_files.write_tokenizer(staging, vocabulary,
-                                            bundle.model.max_position_embeddings)
+                                            bundle.encoder.max_position_embeddings)
             warnings += [note] if note else []
     return model.notes + warnings
 
@@ -102,6 +91,7 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
+    quiet_routine_library_logs()
     warnings = export(args.workdir, args.format, args.output, step=args.step,
                       tokenizer=args.tokenizer, overwrite=args.overwrite)
     for warning in warnings:

@@ -71,33 +71,38 @@ def _message(error: BaseException) -> str:
     return str(error)
 
 
-def run_job(config, workdir: str) -> None:
-    """Dispatches on config.task."""
+def overridden_keys(argv: list[str]) -> frozenset:
+    """The config keys set on the command line: --config.KEY=VALUE or --config.KEY VALUE."""
+    return frozenset(arg[len("--config."):].split("=", 1)[0] for arg in argv
+                     if arg.startswith("--config."))
+
+
+def run_job(config, workdir: str, overridden: frozenset = frozenset()) -> None:
+    """Reads the settings (every check that needs no file), then runs the job they name."""
+    from bertjax import settings as settings_lib
+
+    s = settings_lib.read(config, overridden)
     from bertjax.parallel.distributed import initialize_from_environment
 
     initialize_from_environment()
-    task = config.get("task", "pretrain")
-    if task == "pretrain":
-        from bertjax.train import pretrain
+    if isinstance(s, settings_lib.PretrainSettings):
+        from bertjax.jobs import pretrain
 
-        pretrain.run(config, workdir)
-        return
-    if task.startswith("finetune"):
-        from bertjax.finetune import trainer
+        pretrain.run(s, workdir)
+    else:
+        from bertjax.jobs import finetune
 
-        trainer.run(config, workdir)
-        return
-    raise UserError(f"unknown task {task!r}: expected pretrain or finetune_*")
+        finetune.run(s, workdir)
 
 
 def main(argv: list[str] | None = None) -> int:
     # Orbax and absl report routine events as warnings; keep the terminal for what matters.
     logging.set_verbosity(logging.ERROR)
-    from bertjax.train.metrics import NonFiniteLossError
+    from bertjax.train.metrics_log import NonFiniteLossError
 
     try:
         config, workdir = _parse(list(sys.argv if argv is None else argv))
-        run_job(config, workdir)
+        run_job(config, workdir, overridden_keys(list(sys.argv if argv is None else argv)))
     except UserError as e:
         report(str(e))
         return EXIT_BAD_INPUT

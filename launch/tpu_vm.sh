@@ -4,7 +4,7 @@
 #
 #   launch/tpu_vm.sh [--dry-run] --name=NAME --zone=ZONE [--project=ID] [--type=v4-8]
 #       [--version=tpu-ubuntu2204-base] [--steps=create,copy,setup,run,delete] \
-#       -- --config=configs/tpu_v4_8.py --workdir=DIR [--config.KEY=VALUE ...]
+#       -- --config=configs/platform.py:tpu_v4_8 --workdir=DIR [--config.KEY=VALUE ...]
 #
 # Everything after `--` goes to `python3 -m bertjax.main` on every worker; each worker's JAX
 # process joins the others through the TPU metadata (bertjax calls jax.distributed.initialize).

@@ -13,7 +13,6 @@ in the machine's load during the run falls on both alike.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -21,6 +20,7 @@ import sys
 import time
 from typing import Callable
 
+from bertjax import atomic_files
 from bertjax.errors import EXIT_BAD_INPUT, UserError, report
 
 USAGE = ("python -m bertjax.bench --config=configs/base.py [--config.KEY=VALUE ...] "
@@ -119,13 +119,14 @@ def time_steps(steps: list[Callable[[], None]], warmups: list[int],
 
 def run(options, config) -> dict:
     """Builds our step (and the peer's), times them, and returns every figure."""
-    from bertjax import builders
     from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
 
     if options.compare_torch:
         from bertjax.bench.torch_peer import check_objective
 
-        check_objective(builders.objective(config).name)
+        from bertjax.settings import pretrain
+
+        check_objective(pretrain.read(config).objective.name)
     seq_len = options.seq_len or int(config.schedule.short_seq_len)
     predictions = options.predictions or default_predictions(config, seq_len)
     ours = JaxStep(config, Workload(options.batch, seq_len, predictions))
@@ -229,14 +230,6 @@ def describe(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_json(path: str, result: dict) -> None:
-    partial = f"{path}.partial"
-    with open(partial, "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    os.replace(partial, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     try:
@@ -247,5 +240,5 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     print(describe(result), flush=True)
     if options.json:
-        write_json(options.json, result)
+        atomic_files.write_json(options.json, result)
     return 0

@@ -15,8 +15,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from bertjax import builders
 from bertjax.bench.flops import StepFlops, train_step_flops, xla_flops
+from bertjax.data import schema
 from bertjax.data.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS
 from bertjax.errors import UserError
 from bertjax.model.config import EncoderConfig
@@ -24,7 +24,8 @@ from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import partitioning
 from bertjax.train.compilation import compile_step, memory_report
 from bertjax.train.optimizer import make_optimizer
-from bertjax.train.pretrain import batch_shapes
+from bertjax.data.schema import abstract_batch
+from bertjax.settings import pretrain
 from bertjax.train.state import abstract_train_state, create_train_state, param_count
 from bertjax.train.step import make_train_step
 
@@ -43,7 +44,7 @@ class Workload:
 def synthetic_batch(workload: Workload, vocab_size: int, *, nsp: bool, span: bool,
                     seed: int = 0) -> dict[str, np.ndarray]:
     """A full-length `[CLS] A [SEP] B [SEP]` batch of random non-special ids, every prediction
-    slot used (the data pipeline's schema; our vocabularies put the special tokens at 0-4)."""
+    slot used (`bertjax.data.schema`'s batch; our vocabularies put the special tokens at 0-4)."""
     b, t, p = workload.batch, workload.seq_len, workload.predictions
     special = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     rng = np.random.default_rng(seed)
@@ -59,56 +60,56 @@ def synthetic_batch(workload: Workload, vocab_size: int, *, nsp: bool, span: boo
         for r in rows]).astype(np.int32)
     masked_ids = ids[rows[:, None], positions]
     ids[rows[:, None], positions] = special[MASK]
-    batch = {"input_ids": ids, "segment_ids": segments, "input_mask": np.ones((b, t), np.int32),
+    batch = {"input_ids": ids, "segment_ids": segments, "input_mask": np.ones((b, t)),
              "masked_positions": positions, "masked_ids": masked_ids,
-             "masked_weights": np.ones((b, p), np.float32)}
+             "masked_weights": np.ones((b, p))}
     if nsp:
-        batch["nsp_label"] = rng.integers(0, 2, b).astype(np.int32)
+        batch["nsp_label"] = rng.integers(0, 2, b)
     if span:  # each masked token a one-token span
         batch.update(span_left=positions - 1, span_right=positions + 1,
-                     span_offset=np.zeros((b, p), np.int32))
-    return batch
+                     span_offset=np.zeros((b, p)))
+    return schema.conform(batch, b, t, p, nsp=nsp, span=span)
 
 
 class JaxStep:
     """Builds, compiles and steps our train step; `step()` runs one update to completion."""
 
     def __init__(self, config: ml_collections.ConfigDict, workload: Workload):
-        objective = builders.objective(config)
-        self.encoder: EncoderConfig = builders.encoder_config(config, config.data.vocab_size)
+        s = pretrain.read(config)
+        objective = s.objective
+        self.encoder: EncoderConfig = s.model.encoder(s.data.vocab_size)
         _check_workload(workload, self.encoder)
         self.workload = workload
         self.flops: StepFlops = train_step_flops(self.encoder, workload.batch, workload.seq_len,
                                                  workload.predictions, nsp=objective.nsp,
                                                  sbo=objective.sbo)
         model = BertForPretraining(self.encoder, nsp=objective.nsp, sbo=objective.sbo,
-                                   max_span_length=config.masking.max_span_length)
-        optimizer = make_optimizer(builders.optimizer_config(config))
-        self.mesh = builders.mesh(config)
+                                   max_span_length=s.masking.max_span_length)
+        optimizer = make_optimizer(s.optimizer)
+        self.mesh = s.mesh.make()
         shards = partitioning.batch_shards(self.mesh)
-        if workload.batch % (shards * config.train.accumulation_steps):
+        if workload.batch % (shards * s.train.accumulation_steps):
             raise UserError(f"--batch {workload.batch} must be a multiple of the {shards} data x "
                             f"fsdp shards times train.accumulation_steps")
-        span = config.masking.strategy == "span"
-        shapes = batch_shapes(workload.batch, workload.seq_len, workload.predictions,
+        span = s.masking.strategy == "span"
+        shapes = abstract_batch(workload.batch, workload.seq_len, workload.predictions,
                               nsp=objective.nsp, span=span,
                               sharding=partitioning.batch_sharding(self.mesh))
         abstract, shardings = abstract_train_state(model, optimizer, shapes, self.mesh,
-                                                   config.train.seed)
+                                                   s.train.seed)
         train_step = make_train_step(model, optimizer, self.mesh, shardings,
-                                     accumulation_steps=config.train.accumulation_steps)
+                                     accumulation_steps=s.train.accumulation_steps)
         # Compiled from shapes, as the job does: a step that does not fit the device is refused
         # before its state is allocated.
         self.compiled = compile_step(
             train_step, abstract, shapes, name="benchmark step", verbose=False,
-            device_memory_gb=config.train.get("device_memory_gb", 0.0))
+            device_memory_gb=s.train.device_memory_gb)
         self.compile_seconds: float = self.compiled.compile_seconds
-        self.state, _ = create_train_state(model, optimizer, shapes, self.mesh,
-                                           config.train.seed)
+        self.state, _ = create_train_state(model, optimizer, shapes, self.mesh, s.train.seed)
         self.params = param_count(self.state.params)
         self.xla_flops = xla_flops(self.compiled)
         self.batch_np = synthetic_batch(workload, self.encoder.vocab_size, nsp=objective.nsp,
-                                        span=span, seed=config.train.seed)
+                                        span=span, seed=s.train.seed)
         self.batch = partitioning.global_batch(_local_rows(self.batch_np, self.mesh), self.mesh)
         self._metrics: Any = None
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-import jax
 import numpy as np
 
 from bertjax.errors import UserError
@@ -23,12 +22,7 @@ from bertjax.parallel import partitioning
 def process_share(mesh) -> tuple[int, int]:
     """(index, count): this process feeds block `index` of `count` equal row blocks of every
     global batch, as `partitioning.global_batch` expects."""
-    # partitioning.process_batch_slice (replicas across hosts) comes with the multi-host work;
-    # without it, each process feeds its own block.
-    slice_of = getattr(partitioning, "process_batch_slice", None)
-    if slice_of is None:
-        return jax.process_index(), jax.process_count()
-    share = slice_of(mesh)
+    share = partitioning.process_batch_slice(mesh)
     return share.index, share.count
 
 

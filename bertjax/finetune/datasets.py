@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 
 from bertjax.data import packaged
-from bertjax.errors import UserError
+from bertjax.errors import UserError, check_choice
 from bertjax.finetune.readers import PACKAGED_PREFIX, TaggedExample, TextExample, read_conll
 
 SPLITS = {"train": range(0, 8), "dev": range(8, 9), "test": range(9, 10)}
@@ -35,11 +35,8 @@ def split_of(text: str) -> str:
 def parse(spec: str) -> tuple[str, str]:
     body = spec[len(PACKAGED_PREFIX):]
     name, _, split = body.partition(":")
-    if name not in DATASETS:
-        raise UserError(f"unknown packaged dataset {name!r}; choose one of {', '.join(DATASETS)}")
-    if split not in SPLITS:
-        raise UserError(f"{spec}: the split must be one of {', '.join(SPLITS)} "
-                        f"(e.g. {PACKAGED_PREFIX}{name}:train)")
+    check_choice("packaged dataset", name, DATASETS, unknown=True)
+    check_choice(f"{spec}: the split", split, SPLITS)
     return name, split
 
 

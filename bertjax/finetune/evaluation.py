@@ -7,9 +7,7 @@ its own rows, and the outputs come back whole (replicated) to every process.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from typing import Any, Callable, Sequence
 
 import jax
@@ -70,23 +68,12 @@ def is_better(metric: str, new: float, old: float | None) -> bool:
     return new < old if metric in LOWER_IS_BETTER else new > old
 
 
+def shown(metric: float | None) -> str:
+    """A metric for a log line; None (no evaluation gave a number) is n/a."""
+    return "n/a" if metric is None else f"{metric:.4f}"
+
+
 def scalars(metrics: dict, prefix: str = "") -> dict[str, float]:
     """The numeric entries (metrics.jsonl takes scalars; per-type tables go to results.json)."""
     return {prefix + k: float(v) for k, v in metrics.items()
             if isinstance(v, (int, float, np.floating, np.integer))}
-
-
-def write_json(path: str, value: Any) -> None:
-    """Written whole or not at all."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
-
-
-def read_json(path: str) -> dict | None:
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)

@@ -1,4 +1,4 @@
-"""The fine-tuning losses as `Objective`s for the generic train step (bertjax.train.step).
+"""The fine-tuning losses as `StepObjective`s for the generic train step (bertjax.train.step).
 
 Each keeps sums and a weight (`task_loss_sum`, `task_correct`, `task_weight`), so micro-batches,
 devices and log windows add up exactly; zero-weight rows (batch padding) count nowhere.
@@ -17,10 +17,13 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from bertjax.finetune import crf
-from bertjax.train.objectives import Objective
+from bertjax.model import crf
+from bertjax.train.objectives import StepObjective
+from bertjax.train.step_metrics import CORRECT, LOSS_SUM, WEIGHT, additive, name
 
 EPS = 1e-8
+TASK = "task"
+LOSS_KEY, WEIGHT_KEY, CORRECT_KEY = name(TASK, LOSS_SUM), name(TASK, WEIGHT), name(TASK, CORRECT)
 
 
 def _nll_and_correct(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -31,14 +34,12 @@ def _nll_and_correct(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, j
 
 
 def _weighted(loss: jax.Array, weight: jax.Array, correct: jax.Array | None = None) -> dict:
-    sums = {"task_loss_sum": jnp.sum(weight * loss), "task_weight": jnp.sum(weight)}
-    if correct is not None:
-        sums["task_correct"] = jnp.sum(weight * correct)
-    return sums
+    return additive(TASK, loss_sum=jnp.sum(weight * loss), weight=jnp.sum(weight),
+                    correct=None if correct is None else jnp.sum(weight * correct))
 
 
 def _example_weights(batch: Mapping) -> dict:
-    return {"task_weight": jnp.sum(batch["weight"].astype(jnp.float32))}
+    return {WEIGHT_KEY: jnp.sum(batch["weight"].astype(jnp.float32))}
 
 
 def _token_weights(batch: Mapping) -> jax.Array:
@@ -47,14 +48,14 @@ def _token_weights(batch: Mapping) -> jax.Array:
 
 def loss_from_sums(sums: Mapping, normalizers: Mapping | None = None) -> jax.Array:
     normalizers = sums if normalizers is None else normalizers
-    return sums["task_loss_sum"] / jnp.maximum(normalizers["task_weight"], EPS)
+    return sums[LOSS_KEY] / jnp.maximum(normalizers[WEIGHT_KEY], EPS)
 
 
 def summarize(sums: Mapping[str, float]) -> dict[str, float]:
-    weight = max(float(sums.get("task_weight", 0.0)), EPS)
-    out = {"task_loss": float(sums.get("task_loss_sum", 0.0)) / weight}
-    if "task_correct" in sums:
-        out["accuracy"] = float(sums["task_correct"]) / weight
+    weight = max(float(sums.get(WEIGHT_KEY, 0.0)), EPS)
+    out = {"task_loss": float(sums.get(LOSS_KEY, 0.0)) / weight}
+    if CORRECT_KEY in sums:
+        out["accuracy"] = float(sums[CORRECT_KEY]) / weight
     return out
 
 
@@ -74,7 +75,7 @@ def tagging_sums(outputs: Mapping, batch: Mapping) -> dict:
 
 
 def tagging_normalizers(batch: Mapping) -> dict:
-    return {"task_weight": jnp.sum(_token_weights(batch))}
+    return {WEIGHT_KEY: jnp.sum(_token_weights(batch))}
 
 
 def crf_sums(outputs: Mapping, batch: Mapping) -> dict:
@@ -92,8 +93,8 @@ def span_sums(outputs: Mapping, batch: Mapping) -> dict:
                      start_ok * end_ok)
 
 
-CLASSIFICATION = Objective(classification_sums, _example_weights, loss_from_sums, summarize)
-REGRESSION = Objective(regression_sums, _example_weights, loss_from_sums, summarize)
-TAGGING = Objective(tagging_sums, tagging_normalizers, loss_from_sums, summarize)
-CRF_TAGGING = Objective(crf_sums, _example_weights, loss_from_sums, summarize)
-SPANS = Objective(span_sums, _example_weights, loss_from_sums, summarize)
+CLASSIFICATION = StepObjective(classification_sums, _example_weights, loss_from_sums, summarize)
+REGRESSION = StepObjective(regression_sums, _example_weights, loss_from_sums, summarize)
+TAGGING = StepObjective(tagging_sums, tagging_normalizers, loss_from_sums, summarize)
+CRF_TAGGING = StepObjective(crf_sums, _example_weights, loss_from_sums, summarize)
+SPANS = StepObjective(span_sums, _example_weights, loss_from_sums, summarize)

@@ -2,7 +2,9 @@
 TFDS (`tfds:glue/sst2:validation`) and the packaged real datasets (`packaged:NAME:SPLIT`).
 
 Every reader returns plain examples; a problem with the input is a UserError naming the file and
-the line (a column that does not exist, a missing label, a malformed row), never a traceback.
+the line (a column that does not exist, a missing label, a malformed row, a quoted CSV field that
+runs over a line break: tables hold one example a line, and such a field is almost always an
+unterminated quote merging the rows after it), never a traceback.
 Labels stay strings here (numbers for regression); the task maps them to ids.
 """
 
@@ -16,6 +18,7 @@ import sys
 from typing import Iterator
 
 from bertjax.errors import UserError
+from bertjax.finetune.squad import QAExample, read_squad  # noqa: F401  (QAExample: re-exported)
 
 FORMATS = ("tsv", "csv", "jsonl", "conll", "squad")
 _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".conll": "conll",
@@ -37,14 +40,6 @@ class TaggedExample:
     id: str
     words: list[str]
     tags: list[str] | None = None
-
-
-@dataclasses.dataclass
-class QAExample:
-    id: str
-    question: str
-    context: str
-    answers: list[tuple[str, int]]  # (text, character offset in the context)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +90,7 @@ def read(source: Source, kind: str) -> list:
         if fmt == "conll":
             examples = read_conll(source.path, labeled=source.labeled)
         elif fmt == "squad":
-            examples = read_squad(source.path)
+            examples = read_squad(source.path, labeled=source.labeled)
         else:
             examples = list(_text_examples(_rows(source.path, fmt), source))
     if not examples:
@@ -118,7 +113,11 @@ def _rows(path: str, fmt: str) -> Iterator[tuple[int, dict]]:
             header = next(reader, None)
             if header is None:
                 return
+            _refuse_line_breaks(path, 1, reader.line_num, header)
+            last_line = reader.line_num
             for row in reader:
+                _refuse_line_breaks(path, last_line + 1, reader.line_num, row)
+                last_line = reader.line_num
                 if not any(cell.strip() for cell in row):
                     continue
                 if len(row) != len(header):
@@ -129,6 +128,15 @@ def _rows(path: str, fmt: str) -> Iterator[tuple[int, dict]]:
         raise UserError(f"{path} is not UTF-8 text: {e.reason}") from None
     except csv.Error as e:
         raise UserError(f"{path}: malformed {fmt}: {e}") from None
+
+
+def _refuse_line_breaks(path: str, first: int, last: int, row: list[str]) -> None:
+    """Tables hold one example a line. A row read over several lines is a quoted field that
+    swallowed line breaks: almost always an unterminated quote merging the rows after it into
+    one example, so it is refused rather than trained on."""
+    if last > first and any("\n" in cell or "\r" in cell for cell in row):
+        raise UserError(f"{path}:{first}: a quoted field runs on to line {last} (an unterminated "
+                        "quote?); each row must be on one line")
 
 
 def _json_row(path: str, number: int, line: str) -> dict:
@@ -214,26 +222,6 @@ def read_conll(path: str, labeled: bool = True) -> list[TaggedExample]:
     except UnicodeDecodeError as e:
         raise UserError(f"{path} is not UTF-8 text: {e.reason}") from None
     close()
-    return examples
-
-
-def read_squad(path: str) -> list[QAExample]:
-    """SQuAD v1.1 JSON: data -> paragraphs -> qas; answers may be empty (prediction inputs)."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            document = json.load(f)
-        examples = []
-        for article in document["data"]:
-            for paragraph in article["paragraphs"]:
-                context = paragraph["context"]
-                for qa in paragraph["qas"]:
-                    answers = [(a["text"], int(a["answer_start"])) for a in qa.get("answers", [])]
-                    examples.append(QAExample(str(qa["id"]), qa["question"], context, answers))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path} is not SQuAD JSON: {e}") from None
-    except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{path} is not SQuAD v1.1 JSON (data/paragraphs/qas): missing or bad "
-                        f"{e}") from None
     return examples
 
 

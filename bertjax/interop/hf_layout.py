@@ -1,10 +1,11 @@
-"""Our parameter tree <-> a Hugging Face BERT state dict, and the two configs, in pure numpy.
+"""Our parameter tree <-> a Hugging Face BERT state dict, in pure numpy.
 
 Our tree is `BertForPretraining`'s unboxed params: `encoder` (layers stacked under `layers` when
 scanned, else `layer_0` ..), `mlm`, `nsp` (`sbo` has no Hugging Face counterpart and is left out).
 Torch Linear weights are [out, in] (ours [in, out]); our q/k/v kernels are [H, N, D] and the
 attention output kernel [N, D, H]. Conversions are transposes and reshapes only, so a round trip
-is bit-identical. Files, CLIs and tokenizers are someone else's concern.
+is bit-identical. The config is hf_bert_config.py's; files, CLIs and tokenizers are someone else's
+concern.
 """
 
 from __future__ import annotations
@@ -102,12 +103,6 @@ def _lookup(tree: Mapping, path: tuple[str, ...]) -> Any:
     return node
 
 
-def _insert(tree: Tree, path: tuple[str, ...], value: Any) -> None:
-    for key in path[:-1]:
-        tree = tree.setdefault(key, {})
-    tree[path[-1]] = value
-
-
 def _as_model_tree(params: Mapping) -> Mapping:
     """Accepts the model's params, its variables ({"params": ...}), or a bare Encoder's."""
     from flax.core import meta  # only to unbox LogicallyPartitioned leaves; no jax math here
@@ -172,8 +167,10 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], config: EncoderConfig, *,
         if key in given:
             raise UserError(f"the state dict names {key} twice (with and without 'bert.')")
         given[key] = (name, value)
+    from flax import traverse_util
+
     dtype = np.dtype(_numpy_dtype(config.param_dtype))
-    params: Tree = {}
+    found: dict[tuple[str, ...], np.ndarray] = {}
     stacked: dict[tuple[str, ...], list] = {}
     taken, missing = set(), []
     for path, key, (to_ours, _), layer in _all_entries(config, scan_layers, True, True):
@@ -183,17 +180,17 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], config: EncoderConfig, *,
         taken.add(key)
         value = _checked(to_ours, given[key], config, path, dtype)
         if layer is None:
-            _insert(params, path, value)
+            found[path] = value
         else:
             stacked.setdefault(path, [None] * config.num_layers)[layer] = value
     for path, values in stacked.items():
         if any(v is None for v in values):
             continue  # a layer is missing: already reported, and a partial stack is no use
-        _insert(params, path, np.stack(values))
+        found[path] = np.stack(values)
     taken |= _tied_copies(given)
     unused = [name for key, (name, _) in given.items()
               if key not in taken and not key.startswith(_BUFFERS)]
-    return params, missing, unused
+    return traverse_util.unflatten_dict(found), missing, unused
 
 
 def _checked(to_ours, named_value, config: EncoderConfig, path, dtype) -> np.ndarray:
@@ -254,61 +251,3 @@ def _numpy_dtype(name: str):
 
         return ml_dtypes.bfloat16
     return name
-
-
-_SUPPORTED_ACTIVATIONS = ("gelu",)
-
-
-def hf_config_dict(config: EncoderConfig) -> dict:
-    """The Hugging Face `BertConfig` fields for this encoder."""
-    return {
-        "architectures": ["BertForPreTraining"],
-        "model_type": "bert",
-        "vocab_size": config.vocab_size,
-        "hidden_size": config.hidden_size,
-        "num_hidden_layers": config.num_layers,
-        "num_attention_heads": config.num_heads,
-        "intermediate_size": config.intermediate_size,
-        "hidden_act": "gelu",
-        "hidden_dropout_prob": config.hidden_dropout,
-        "attention_probs_dropout_prob": config.attention_dropout,
-        "max_position_embeddings": config.max_position_embeddings,
-        "type_vocab_size": config.type_vocab_size,
-        "initializer_range": config.initializer_range,
-        "layer_norm_eps": config.layer_norm_eps,
-        "pad_token_id": config.pad_token_id,
-        "position_embedding_type": "absolute",
-        "tie_word_embeddings": True,
-    }
-
-
-def encoder_config_from_hf(hf_config: Mapping[str, Any], **overrides) -> EncoderConfig:
-    """An EncoderConfig from a Hugging Face config.json dict; `overrides` sets our own fields
-    (dtype, param_dtype, scan_layers, remat, ...). Architectures this encoder does not compute
-    exactly are user errors."""
-    model_type = hf_config.get("model_type", "bert")  # Google's bert_config.json has none
-    if model_type != "bert":
-        raise UserError(f"unsupported model_type {model_type!r}: only 'bert' is supported")
-    position = hf_config.get("position_embedding_type", "absolute")
-    if position != "absolute":
-        raise UserError(f"unsupported position_embedding_type {position!r}: "
-                        "only 'absolute' is supported")
-    act = hf_config.get("hidden_act", "gelu")
-    if act not in _SUPPORTED_ACTIVATIONS:
-        raise UserError(f"unsupported hidden_act {act!r}: only exact (erf) 'gelu' is supported")
-    if hf_config.get("is_decoder") or hf_config.get("add_cross_attention"):
-        raise UserError("unsupported BERT decoder (is_decoder/add_cross_attention): "
-                        "only the bidirectional encoder is supported")
-    fields = dict(
-        vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
-        num_heads="num_attention_heads", intermediate_size="intermediate_size",
-        max_position_embeddings="max_position_embeddings", type_vocab_size="type_vocab_size",
-        hidden_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob",
-        layer_norm_eps="layer_norm_eps", initializer_range="initializer_range",
-        pad_token_id="pad_token_id")
-    values = {ours: hf_config[theirs] for ours, theirs in fields.items()
-              if hf_config.get(theirs) is not None}
-    try:
-        return EncoderConfig(**{**values, **overrides})
-    except TypeError as e:  # an unknown override
-        raise UserError(f"bad model setting: {e}") from None

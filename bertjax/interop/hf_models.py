@@ -22,8 +22,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from bertjax.data.schema import zeros_batch
 from bertjax.errors import UserError
-from bertjax.interop import hf_layout
+from bertjax.interop import hf_bert_config, hf_layout
 from bertjax.model.config import EncoderConfig
 
 Tree = dict[str, Any]
@@ -61,7 +62,7 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
 
 
 def _base_config(model: EncoderConfig, architecture: str) -> dict:
-    return {**hf_layout.hf_config_dict(model), "architectures": [architecture],
+    return {**hf_bert_config.hf_config_dict(model), "architectures": [architecture],
             "dtype": model.param_dtype}
 
 
@@ -153,7 +154,7 @@ def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: b
             seed: int = 0) -> Imported:
     """A Hugging Face BERT config and state dict as our pretraining model's parameters."""
     check_architecture(hf_config)
-    model = hf_layout.encoder_config_from_hf(hf_config, scan_layers=scan_layers)
+    model = hf_bert_config.encoder_config_from_hf(hf_config, scan_layers=scan_layers)
     params, missing, unused = hf_layout.from_hf_state_dict(state_dict, model)
     absent_parts = [part for part in _PARTS if any(n.startswith(part) for n in missing)]
     encoder_missing = [n for n in missing if not n.startswith(tuple(_PARTS))]
@@ -175,25 +176,21 @@ def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
     """`params` completed with our own initialization of the parameters it lacks."""
     import flax.linen as nn
     import jax
-    import jax.numpy as jnp
 
     from bertjax.model.heads import BertForPretraining
 
-    batch = {key: jnp.zeros((1, 2), jnp.int32)
-             for key in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
+    # The parameters' shapes do not depend on the batch's: the smallest one will do.
+    batch = zeros_batch(1, 2, 1, nsp=True, span=False)
     init = jax.jit(lambda key: BertForPretraining(model, nsp=True).init(key, batch))
     fresh = jax.device_get(nn.meta.unbox(init(jax.random.key(seed))["params"]))
     return _merge(fresh, params)
 
 
 def _merge(fresh: Mapping, given: Mapping) -> Tree:
-    merged = {}
-    for key, value in fresh.items():
-        if key not in given:
-            merged[key] = value
-        elif isinstance(value, Mapping):
-            merged[key] = _merge(value, given[key])
-        else:
-            merged[key] = given[key]
-    return merged
+    """`fresh`'s tree, with `given`'s leaf wherever `given` has one."""
+    from flax import traverse_util
+
+    given_leaves = traverse_util.flatten_dict(given)
+    return traverse_util.unflatten_dict({path: given_leaves.get(path, leaf) for path, leaf
+                                         in traverse_util.flatten_dict(fresh).items()})
 

@@ -3,6 +3,7 @@
 Everything is written into a hidden staging directory beside the target and renamed into place at
 the end, so a failure (bad input found late, a full disk, Ctrl-C) leaves no half-written export,
 and an existing target is only replaced, never mixed with new files, when the caller allows it.
+The export gets ordinary permissions (the umask's), not the staging directory's private ones.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tempfile
 from typing import Iterator
 
 from bertjax.errors import UserError
+from bertjax.file_modes import publish
 
 
 def check_target(directory: str, *, overwrite: bool, sources: tuple[str, ...] = ()) -> str:
@@ -46,6 +48,7 @@ def staged(directory: str, *, overwrite: bool) -> Iterator[str]:
         raise UserError(f"cannot write {directory}: {e.strerror or e}") from None
     try:
         yield staging
+        publish(staging)
         _move_into_place(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertjax.errors import UserError
+from bertjax.errors import UserError, check_choice
 
 REMAT_POLICIES = ("none", "full", "save_dots")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -47,12 +47,9 @@ class EncoderConfig:
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.remat not in REMAT_POLICIES:
-            raise UserError(f"model.remat must be one of {', '.join(REMAT_POLICIES)}, got {self.remat!r}")
+        check_choice("model.remat", self.remat, REMAT_POLICIES)
         for name in ("dtype", "param_dtype"):
-            if getattr(self, name) not in DTYPES:
-                raise UserError(f"model.{name} must be one of {', '.join(DTYPES)}, "
-                                f"got {getattr(self, name)!r}")
+            check_choice(f"model.{name}", getattr(self, name), DTYPES)
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise UserError(f"model.pad_token_id {self.pad_token_id} is outside the vocabulary")
 
@@ -76,8 +73,7 @@ PRESETS: dict[str, dict] = {
 
 def preset(name: str, **overrides) -> EncoderConfig:
     """A named size with any field overridden; unknown names and fields are user errors."""
-    if name not in PRESETS:
-        raise UserError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
+    check_choice("model preset", name, PRESETS, unknown=True)
     fields = {f.name for f in dataclasses.fields(EncoderConfig)}
     unknown = sorted(set(overrides) - fields)
     if unknown:

@@ -13,7 +13,6 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.errors import UserError
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import (Encoder, dense, gather_positions, gelu, kernel_init,
                                    layer_norm, zeros_init)
@@ -74,10 +73,10 @@ class SpanBoundaryHead(nn.Module):
 class BertForPretraining(nn.Module):
     """The encoder plus the pretraining heads (Hugging Face `BertForPreTraining`, plus SBO).
 
-    Parameters: `encoder`, `mlm`, `nsp` (if nsp), `sbo` (if sbo). Reads the batch schema
-    `input_ids`, `segment_ids`, `input_mask`, `masked_positions` (and `span_left`,
-    `span_right`, `span_offset` with sbo), all int32; returns fp32 `mlm_logits` [B, P, V],
-    `nsp_logits` [B, 2], `sbo_logits` [B, P, V].
+    Parameters: `encoder`, `mlm`, `nsp` (if nsp), `sbo` (if sbo). Reads, of the pretraining
+    batch declared in `bertjax.data.schema`, its `INPUTS`, `masked_positions` and, with sbo,
+    its `SPAN_FIELDS`; returns fp32 `mlm_logits` [B, P, V], `nsp_logits` [B, 2], `sbo_logits`
+    [B, P, V] (P = max_predictions).
     """
 
     config: EncoderConfig
@@ -89,7 +88,7 @@ class BertForPretraining(nn.Module):
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool = True) -> dict:
         cfg = self.config
         if self.sbo and self.max_span_length <= 0:
-            raise UserError(f"max_span_length must be positive, got {self.max_span_length}")
+            raise ValueError(f"max_span_length must be positive, got {self.max_span_length}")
         encoder = Encoder(cfg, name="encoder")
         encoded = encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                           deterministic=deterministic)

@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.finetune import crf
+from bertjax.model import crf
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder, EncoderOutput, dense, zeros_init
 

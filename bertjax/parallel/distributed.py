@@ -221,9 +221,13 @@ class PreemptionSync:
     process, so it too stops everyone cleanly.
     """
 
+    # Stops are agreed at step boundaries only: a request before the first step is not seen.
+    requested = False
+
     def __init__(self):
         self.signal_name: str | None = None
         self._previous = None
+        self._depth = 0  # entered by the job and again by the loop
 
     def _interrupt(self, signum, frame) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -231,6 +235,9 @@ class PreemptionSync:
     def __enter__(self) -> "PreemptionSync":
         from jax._src import distributed
 
+        self._depth += 1
+        if self._depth > 1:
+            return self
         if distributed.global_state.preemption_sync_manager is None:
             raise UserError("a multi-process run needs JAX's preemption service to stop cleanly "
                             "on SIGTERM: do not set jax_enable_preemption_service=False")
@@ -241,8 +248,10 @@ class PreemptionSync:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
+        self._depth -= 1
+        if self._depth == 0 and self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
     def should_stop(self, step: int) -> bool:
         """Called by every process after every step; True at the agreed stop step."""

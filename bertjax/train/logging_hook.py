@@ -13,10 +13,8 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from bertjax.train.metrics import MetricsWriter, check_finite
-
-# Step metrics that are sums over examples (added across the window); everything else is averaged.
-SUM_SUFFIXES = ("_sum", "_correct", "_weight", "_count")
+from bertjax.train.metrics_log import MetricsWriter, check_finite
+from bertjax.train.step_metrics import Kind, kind_of
 
 
 class LoggingHook:
@@ -60,7 +58,7 @@ class LoggingHook:
         record.update(self._step_info(step))
         record["tokens_per_sec"] = tokens / seconds
         record["steps_per_sec"] = len(window) / seconds
-        check_finite(step, record)
+        check_finite(step, record, window_start=step - len(window) + 1)
         self._writer.write(step, record)
         self.last_logged = {"step": step, **record}
         if self._progress is not None:
@@ -69,19 +67,18 @@ class LoggingHook:
 
 
 def window_summary(step_metrics: list[Mapping[str, Any]], summarize) -> dict:
-    """Adds up the sum-type metrics over the window, averages the rest, then summarizes."""
+    """Combines the window's step metrics by their kind (bertjax.train.step_metrics), then
+    summarizes the sums."""
     sums: dict[str, float] = {}
-    means: dict[str, list[float]] = {}
+    values: dict[str, list[float]] = {}
     for metrics in step_metrics:
         for key, value in metrics.items():
             value = float(np.asarray(value))
-            if key.endswith(SUM_SUFFIXES):
+            if kind_of(key) is Kind.SUM:
                 sums[key] = sums.get(key, 0.0) + value
             else:
-                means.setdefault(key, []).append(value)
-    record = {key: float(np.mean(values)) for key, values in means.items()}
-    # The learning rate of the last step is what a reader expects next to the step number.
-    if "learning_rate" in means:
-        record["learning_rate"] = means["learning_rate"][-1]
+                values.setdefault(key, []).append(value)
+    record = {key: series[-1] if kind_of(key) is Kind.LAST else float(np.mean(series))
+              for key, series in values.items()}
     record.update(summarize(sums))
     return record

@@ -43,20 +43,25 @@ class StopRequest:
         self._event = threading.Event()
         self.signal_name: str | None = None
         self._previous: dict[int, Any] = {}
+        self._depth = 0  # entered by the job and again by the loop: install handlers once
 
     def _handle(self, signum, frame) -> None:
         self.signal_name = signal.Signals(signum).name
         self._event.set()
 
     def __enter__(self) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread():
+        self._depth += 1
+        if self._depth == 1 and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+        self._depth -= 1
+        if self._depth == 0:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+            self._previous.clear()
 
     @property
     def requested(self) -> bool:

@@ -13,10 +13,12 @@ from typing import Callable, Mapping
 import jax
 import jax.numpy as jnp
 
+from bertjax.train.step_metrics import CORRECT, COUNT, LOSS_SUM, WEIGHT, additive, name
+
 EPS = 1e-8
 
-# objective -> (its loss-sum key, the key holding the weight it is averaged over)
-NORMALIZERS = {"mlm": "mlm_weight", "nsp": "nsp_count", "sbo": "sbo_weight"}
+# objective -> the sum it is averaged over: predictions' weights, or examples
+NORMALIZERS = {"mlm": name("mlm", WEIGHT), "nsp": name("nsp", COUNT), "sbo": name("sbo", WEIGHT)}
 
 
 def _cross_entropy(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -28,12 +30,11 @@ def _cross_entropy(logits: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax
     return nll, correct
 
 
-def _masked_sums(name: str, logits: jax.Array, batch: Mapping) -> dict[str, jax.Array]:
+def _masked_sums(objective: str, logits: jax.Array, batch: Mapping) -> dict[str, jax.Array]:
     weights = batch["masked_weights"].astype(jnp.float32)
     nll, correct = _cross_entropy(logits, batch["masked_ids"])
-    return {f"{name}_loss_sum": jnp.sum(weights * nll),
-            f"{name}_correct": jnp.sum(weights * correct),
-            f"{name}_weight": jnp.sum(weights)}
+    return additive(objective, loss_sum=jnp.sum(weights * nll),
+                    correct=jnp.sum(weights * correct), weight=jnp.sum(weights))
 
 
 def metric_sums(outputs: Mapping[str, jax.Array], batch: Mapping) -> dict[str, jax.Array]:
@@ -44,8 +45,8 @@ def metric_sums(outputs: Mapping[str, jax.Array], batch: Mapping) -> dict[str, j
         sums.update(_masked_sums("sbo", outputs["sbo_logits"], batch))
     if "nsp_logits" in outputs:
         nll, correct = _cross_entropy(outputs["nsp_logits"], batch["nsp_label"])
-        sums.update(nsp_loss_sum=jnp.sum(nll), nsp_correct=jnp.sum(correct),
-                    nsp_count=jnp.asarray(nll.shape[0], jnp.float32))
+        sums.update(additive("nsp", loss_sum=jnp.sum(nll), correct=jnp.sum(correct),
+                             count=jnp.asarray(nll.shape[0], jnp.float32)))
     return sums
 
 
@@ -60,8 +61,8 @@ def loss_from_sums(sums: Mapping[str, jax.Array],
     normalizers = sums if normalizers is None else normalizers
     total = jnp.zeros([], jnp.float32)
     for objective, weight_key in NORMALIZERS.items():
-        if f"{objective}_loss_sum" in sums:
-            total += sums[f"{objective}_loss_sum"] / jnp.maximum(normalizers[weight_key], EPS)
+        if name(objective, LOSS_SUM) in sums:
+            total += sums[name(objective, LOSS_SUM)] / jnp.maximum(normalizers[weight_key], EPS)
     return total
 
 
@@ -69,7 +70,7 @@ def batch_normalizers(batch: Mapping) -> dict[str, jax.Array]:
     """The weights each objective of a whole batch is averaged over (see `loss_from_sums`)."""
     weight = jnp.sum(batch["masked_weights"].astype(jnp.float32))
     count = jnp.asarray(batch["masked_weights"].shape[0], jnp.float32)
-    return {"mlm_weight": weight, "sbo_weight": weight, "nsp_count": count}
+    return {NORMALIZERS["mlm"]: weight, NORMALIZERS["sbo"]: weight, NORMALIZERS["nsp"]: count}
 
 
 def pretraining_loss(outputs: Mapping[str, jax.Array],
@@ -83,11 +84,11 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
     """Accumulated sums -> losses, accuracies and MLM perplexity (only for present objectives)."""
     out: dict[str, float] = {}
     for objective, weight_key in NORMALIZERS.items():
-        if f"{objective}_loss_sum" not in sums:
+        if name(objective, LOSS_SUM) not in sums:
             continue
         weight = max(float(sums[weight_key]), EPS)
-        out[f"{objective}_loss"] = float(sums[f"{objective}_loss_sum"]) / weight
-        out[f"{objective}_accuracy"] = float(sums[f"{objective}_correct"]) / weight
+        out[f"{objective}_loss"] = float(sums[name(objective, LOSS_SUM)]) / weight
+        out[f"{objective}_accuracy"] = float(sums[name(objective, CORRECT)]) / weight
     if "mlm_loss" in out:
         # math.exp raises OverflowError past ~709; infinity is the honest value there.
         loss = out["mlm_loss"]
@@ -96,7 +97,7 @@ def summarize(sums: Mapping[str, float]) -> dict[str, float]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Objective:
+class StepObjective:
     """What the generic train/eval steps need to know of a task's loss.
 
     `metric_sums(outputs, batch)` -> sums (losses, correct counts, weights);
@@ -110,4 +111,4 @@ class Objective:
     summarize: Callable[[Mapping[str, float]], dict]
 
 
-PRETRAINING = Objective(metric_sums, batch_normalizers, loss_from_sums, summarize)
+PRETRAINING = StepObjective(metric_sums, batch_normalizers, loss_from_sums, summarize)

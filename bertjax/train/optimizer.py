@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax.errors import UserError
+from bertjax.errors import UserError, check_choice
 
 OPTIMIZERS = ("adamw", "lamb")
 DECAYS = ("linear", "cosine", "constant")
@@ -40,12 +40,8 @@ class OptimizerConfig:
     clip_norm: float = 1.0  # global-norm clipping; 0 disables
 
     def __post_init__(self):
-        if self.name not in OPTIMIZERS:
-            raise UserError(f"optimizer.name must be one of {', '.join(OPTIMIZERS)}, "
-                            f"got {self.name!r}")
-        if self.decay not in DECAYS:
-            raise UserError(f"optimizer.decay must be one of {', '.join(DECAYS)}, "
-                            f"got {self.decay!r}")
+        check_choice("optimizer.name", self.name, OPTIMIZERS)
+        check_choice("optimizer.decay", self.decay, DECAYS)
         if not self.learning_rate > 0:
             raise UserError(f"optimizer.learning_rate must be positive, got {self.learning_rate}")
         if not 0 <= self.end_learning_rate <= self.learning_rate:

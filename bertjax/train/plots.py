@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from bertjax.train.metrics import read_metrics
+from bertjax.train.metrics_log import read_metrics
 
 CURVES_FILE = "curves.png"
 

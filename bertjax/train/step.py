@@ -45,7 +45,7 @@ def _split_micro_batches(batch: Batch, count: int, mesh: Mesh) -> dict[str, jax.
 
 
 def _loss_and_grads(model: nn.Module, mesh: Mesh, param_shardings: Any,
-                    objective: objectives.Objective) -> Callable:
+                    objective: objectives.StepObjective) -> Callable:
     """(params, batch, dropout key, normalizers) -> (loss, metric sums), grads."""
 
     def loss_fn(params, batch, dropout_rng, normalizers):
@@ -67,7 +67,7 @@ def _loss_and_grads(model: nn.Module, mesh: Mesh, param_shardings: Any,
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
                     state_shardings: TrainState, *, accumulation_steps: int = 1,
-                    objective: objectives.Objective = objectives.PRETRAINING) -> Callable:
+                    objective: objectives.StepObjective = objectives.PRETRAINING) -> Callable:
     """jit(train_step): (state, batch) -> (new state, metrics); the old state is donated.
 
     With accumulation the batch is split into micro-batches inside the step (lax.scan) and one
@@ -124,7 +124,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
 
 
 def make_eval_step(model: nn.Module, mesh: Mesh, state_shardings: TrainState, *,
-                   objective: objectives.Objective = objectives.PRETRAINING) -> Callable:
+                   objective: objectives.StepObjective = objectives.PRETRAINING) -> Callable:
     """jit(eval_step): (params, batch) -> metric sums (replicated), deterministic forward."""
 
     def eval_step(params: Any, batch: Batch) -> Metrics:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bertjax.errors import UserError
+from bertjax.errors import check_choice
 from bertjax.finetune.tasks.base import Task, TaskSettings
 from bertjax.finetune.tasks.qa import QuestionAnswering
 from bertjax.finetune.tasks.sentence import Classification, Regression
@@ -17,9 +17,7 @@ TASKS: dict[str, type[Task]] = {
 
 
 def task_class(name: str) -> type[Task]:
-    if name not in TASKS:
-        raise UserError(f"unknown fine-tuning task {name!r}; choose one of {', '.join(TASKS)}")
-    return TASKS[name]
+    return TASKS[check_choice("fine-tuning task", name, TASKS, unknown=True)]
 
 
 __all__ = ["TASKS", "Task", "TaskSettings", "task_class"]

@@ -8,6 +8,7 @@ metrics and predictions (on the host: F1, correlations and span search need ever
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 from typing import Any, Sequence
 
@@ -18,7 +19,7 @@ from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import UserError
 from bertjax.finetune.features import Features
 from bertjax.model.config import EncoderConfig
-from bertjax.train.objectives import Objective
+from bertjax.train.objectives import StepObjective
 
 Outputs = dict[str, np.ndarray]  # the model's outputs for every feature row, on the host
 
@@ -42,6 +43,27 @@ class TaskSettings:
         for name in ("doc_stride", "max_query_length", "max_answer_length"):
             if getattr(self, name) < 1:
                 raise UserError(f"data.{name} must be positive, got {getattr(self, name)}")
+        refuse_duplicate_labels(self.labels)
+
+
+def refuse_duplicate_labels(labels: Sequence[str]) -> None:
+    """A label listed twice would get two ids, and the head a class no example can have."""
+    twice = [label for label, n in collections.Counter(labels).items() if n > 1]
+    if twice:
+        counts = collections.Counter(labels)
+        listed = ", ".join(f"{label} {_times(counts[label])}" for label in twice)
+        raise UserError(f"data.labels lists {listed}; list each label once")
+
+
+def _times(n: int) -> str:
+    return "twice" if n == 2 else f"{n} times"
+
+
+def parse_labels(text: str) -> tuple[str, ...]:
+    """data.labels ("neg,pos") as a tuple; a label listed twice is refused by name."""
+    labels = tuple(part.strip() for part in text.split(",") if part.strip())
+    refuse_duplicate_labels(labels)
+    return labels
 
 
 # What a trained model's features and decoding depend on: stored in run.json ("task_settings")
@@ -71,7 +93,7 @@ class Task(abc.ABC):
 
     @property
     @abc.abstractmethod
-    def objective(self) -> Objective: ...
+    def objective(self) -> StepObjective: ...
 
     @abc.abstractmethod
     def model(self, encoder: EncoderConfig, freeze_encoder: bool) -> nn.Module: ...

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertjax.finetune import features as feats
-from bertjax.finetune import metrics, objectives
+from bertjax.finetune import objectives, scoring
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings
 from bertjax.model.task_heads import SpanExtractor
 
@@ -72,7 +72,7 @@ class QuestionAnswering(Task):
     def evaluate(self, examples, features, outputs: Outputs) -> dict:
         predicted = self.answers(examples, features, outputs)
         gold = {e.id: [text for text, _ in e.answers] for e in examples}
-        return metrics.squad_scores(gold, predicted)
+        return scoring.squad_scores(gold, predicted)
 
     def predict(self, examples, features, outputs: Outputs) -> dict[str, str]:
         return self.answers(examples, features, outputs)

@@ -9,7 +9,7 @@ import numpy as np
 
 from bertjax.errors import UserError
 from bertjax.finetune import features as feats
-from bertjax.finetune import metrics, objectives
+from bertjax.finetune import objectives, scoring
 from bertjax.finetune.readers import TextExample
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, checked_labels, ids_of
 from bertjax.model.task_heads import SequenceClassifier
@@ -63,10 +63,10 @@ class Classification(Task):
         # MRPC/QQP TSVs, "equivalent" in TFDS's glue/mrpc); macro F1 otherwise.
         positive = (self.labels.index(self.settings.positive_label)
                     if self.settings.positive_label else 1)
-        f1 = (metrics.f1_of_class(gold, predicted, positive) if n == 2
-              else metrics.macro_f1(gold, predicted))
-        return {"accuracy": metrics.accuracy(gold, predicted),
-                "mcc": metrics.matthews_corrcoef(gold, predicted, n), "f1": f1}
+        f1 = (scoring.f1_of_class(gold, predicted, positive) if n == 2
+              else scoring.macro_f1(gold, predicted))
+        return {"accuracy": scoring.accuracy(gold, predicted),
+                "mcc": scoring.matthews_corrcoef(gold, predicted, n), "f1": f1}
 
     def predict(self, examples, features, outputs: Outputs) -> list[dict]:
         probabilities = _softmax(outputs["logits"].astype(np.float64))
@@ -97,8 +97,8 @@ class Regression(Task):
     def evaluate(self, examples, features, outputs: Outputs) -> dict:
         gold = features.arrays["label"].astype(np.float64)
         predicted = outputs["logits"][:, 0].astype(np.float64)
-        return {"pearson": metrics.pearson(gold, predicted),
-                "spearman": metrics.spearman(gold, predicted),
+        return {"pearson": scoring.pearson(gold, predicted),
+                "spearman": scoring.spearman(gold, predicted),
                 "mse": float(np.mean((gold - predicted) ** 2))}
 
     def predict(self, examples, features, outputs: Outputs) -> list[dict]:

@@ -11,7 +11,7 @@ import numpy as np
 
 from bertjax.errors import UserError
 from bertjax.finetune import features as feats
-from bertjax.finetune import metrics, objectives
+from bertjax.finetune import objectives, scoring
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, ids_of
 from bertjax.model.task_heads import TokenClassifier
 
@@ -74,7 +74,7 @@ class TokenClassification(Task):
     def evaluate(self, examples, features, outputs: Outputs) -> dict:
         predicted = self.word_tags(examples, features, outputs)
         gold = [e.tags for e in examples]
-        scores = metrics.entity_scores(gold, predicted)
+        scores = scoring.entity_scores(gold, predicted)
         flat_gold = [t for tags in gold for t in tags]
         flat_predicted = [t for tags in predicted for t in tags]
         scores["token_accuracy"] = float(np.mean([a == b for a, b in

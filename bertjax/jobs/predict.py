@@ -14,28 +14,22 @@ labels, CRF, max_seq_len, label_all_subwords, QA windows), not the config's.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 
 import jax
-import ml_collections
 import optax
 
-from bertjax import builders
-from bertjax.data.tokenizer import load_tokenizer
+from bertjax import loading
+from bertjax.atomic_files import write_text
 from bertjax.errors import UserError
 from bertjax.finetune import evaluation, readers
 from bertjax.finetune.batches import process_share
-from bertjax.finetune.settings import Settings
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.finetune.tasks.base import RECORDED_SETTINGS
-from bertjax.interop import params_dir
-from bertjax.model.config import EncoderConfig
+from bertjax.settings.finetune import FinetuneSettings
 from bertjax.train.state import abstract_train_state
 from bertjax.train.step import make_predict_step
-
-RESULTS_FILE = "results.json"
 
 
 def _unlabeled(example):
@@ -46,12 +40,13 @@ def _unlabeled(example):
     return example  # QA answers are not read outside training
 
 
-def _source_run(workdir: str, task: str) -> tuple[str, dict, int | None]:
-    """(directory holding the checkpoints, its run.json, the step to use)."""
-    results = evaluation.read_json(os.path.join(workdir, RESULTS_FILE)) or {}
-    directory = results.get("best_workdir") or workdir
-    record = evaluation.read_json(os.path.join(directory, "run.json"))
-    if not record or not str(record.get("task", "")).startswith("finetune"):
+def _source_run(workdir: str, task: str) -> tuple[loading.Loaded, int | None]:
+    """The trained run (its best restart) and the step to use (None: its latest)."""
+    results = loading.read_json(os.path.join(workdir, loading.RESULTS_FILE))
+    recorded = os.path.isfile(os.path.join(workdir, loading.RUN_RECORD)) or results
+    run = loading.describe(workdir) if recorded else None
+    record = run.record if run is not None else {}
+    if not str(record.get("task", "")).startswith("finetune"):
         raise UserError(f"{workdir} holds no fine-tuning run (no run.json of a finetune task); "
                         "train first with --config.mode=train")
     if record["task"] != task:
@@ -59,7 +54,7 @@ def _source_run(workdir: str, task: str) -> tuple[str, dict, int | None]:
     if not results.get("finished"):
         print(f"note: the run in {workdir} has not finished; predicting with its latest "
               "checkpoint", file=sys.stderr)
-    return directory, record, results.get("best_step") if results.get("finished") else None
+    return run, results.get("best_step") if results.get("finished") else None
 
 
 def trained_settings(current: TaskSettings, record: dict) -> TaskSettings:
@@ -74,7 +69,7 @@ def trained_settings(current: TaskSettings, record: dict) -> TaskSettings:
         **{name: recorded[name] for name in RECORDED_SETTINGS if name in recorded})
 
 
-def _output_path(s: Settings, workdir: str, qa: bool) -> str:
+def _output_path(s: FinetuneSettings, workdir: str, qa: bool) -> str:
     path = s.predict_output or os.path.join(workdir,
                                             "predictions.json" if qa else "predictions.jsonl")
     if os.path.exists(path):
@@ -85,43 +80,40 @@ def _output_path(s: Settings, workdir: str, qa: bool) -> str:
     return path
 
 
-def run(config: ml_collections.ConfigDict, s: Settings, workdir: str) -> dict:
+def run(s: FinetuneSettings, workdir: str) -> dict:
     cls = task_class(s.task)
-    directory, record, step = _source_run(workdir, s.task)
-    task_settings = trained_settings(s.task_settings, record)
+    trained, step = _source_run(workdir, s.task)
+    task_settings = trained_settings(s.task_settings, trained.record)
     task = cls(task_settings, list(task_settings.labels))
     output = _output_path(s, workdir, qa=cls.kind == "qa")
     source = s.data.source(s.data.predict, labeled=False, regression=cls.regression)
     examples = [_unlabeled(e) for e in readers.read(source, cls.kind)]
-    tokenizer = load_tokenizer(record["tokenizer_dir"])
-    features = task.featurize(tokenizer, examples, s.data.predict, training=False)
+    features = task.featurize(trained.tokenizer(), examples, s.data.predict, training=False)
     readers.report_counts(s.data.predict, features.counts)
 
-    bundle = params_dir.load_from_workdir(directory, step)
-    model = task.model(EncoderConfig(**record["encoder"]), False)
-    mesh = builders.mesh(config)
+    loaded = loading.load(trained.path, step)
+    model = task.model(loaded.require_encoder(), False)
+    mesh = s.mesh.make()
     batch_size = s.train.eval_batch_size
     shapes = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype)
               for k, v in features.arrays.items()}
     _, shardings = abstract_train_state(model, optax.identity(), shapes, mesh)
-    params = jax.device_put(bundle.params, shardings.params)
+    params = jax.device_put(loaded.params, shardings.params)
     index, count = process_share(mesh)
     local = slice(index * batch_size // count, (index + 1) * batch_size // count)
     evaluator = evaluation.Evaluator(task, make_predict_step(model, mesh, shardings), mesh,
                                      features, examples, batch_size, local)
     predictions = task.predict(examples, features, evaluator.outputs(params))
     if jax.process_index() == 0:
-        _write(output, predictions)
+        write_text(output, _serialized(predictions))
         print(f"wrote {len(examples)} predictions to {output} (checkpoint step "
-              f"{bundle.info.get('step')} of {directory})", file=sys.stderr)
-    return {"predictions": output, "count": len(examples), "step": bundle.info.get("step")}
+              f"{loaded.step} of {loaded.path})", file=sys.stderr)
+    return {"predictions": output, "count": len(examples), "step": loaded.step}
 
 
-def _write(path: str, predictions) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        if isinstance(predictions, dict):
-            json.dump(predictions, f, indent=1, ensure_ascii=False)
-        else:
-            f.writelines(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)
-    os.replace(tmp, path)
+def _serialized(predictions) -> str:
+    import json
+
+    if isinstance(predictions, dict):
+        return json.dumps(predictions, indent=1, ensure_ascii=False)
+    return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)

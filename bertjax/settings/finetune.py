@@ -1,8 +1,5 @@
-"""Config in, typed fine-tuning settings out: the one place that reads a fine-tuning ConfigDict
-(besides `builders.encoder_config` and `builders.mesh`, which serve both kinds of job).
-
-Everything is checked here, before any file is read or written.
-"""
+"""Fine-tuning settings: the task, its data and columns, the loop and the optimizer, all checked
+here, before any file is read or written."""
 
 from __future__ import annotations
 
@@ -13,6 +10,7 @@ import ml_collections
 from bertjax.errors import UserError
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
+from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
 from bertjax.train.optimizer import OptimizerConfig
 
 MODES = ("train", "predict")
@@ -49,7 +47,7 @@ class TrainSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class FinetuneSettings:
     task: str
     mode: str
     init_checkpoint: str
@@ -61,6 +59,8 @@ class Settings:
     task_settings: TaskSettings
     optimizer: dict  # OptimizerConfig fields but total/warmup steps (known once data is read)
     warmup_fraction: float
+    model: ModelSpec
+    mesh: MeshSettings
 
     def optimizer_config(self, total_steps: int) -> OptimizerConfig:
         warmup = int(round(self.warmup_fraction * total_steps))
@@ -70,7 +70,7 @@ class Settings:
             raise UserError(f"bad optimizer setting: {e}") from None
 
 
-def settings(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Settings:
+def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> FinetuneSettings:
     """Typed settings; `require_data=False` checks a config file alone (no data paths needed)."""
     if config.mode not in MODES:
         raise UserError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
@@ -110,9 +110,14 @@ def settings(config: ml_collections.ConfigDict, *, require_data: bool = True) ->
     fraction = config.optimizer.warmup_fraction
     if not 0.0 <= fraction <= 1.0:
         raise UserError(f"optimizer.warmup_fraction must be in [0, 1], got {fraction}")
-    result = Settings(config.task, config.mode, config.init_checkpoint.strip(),
-                      config.predict_output, f.reinit_top_layers, f.freeze_encoder, data, train,
-                      task, optimizer, fraction)
+    model = model_spec(config.model)
+    if not model.from_checkpoint and d.max_seq_len > model.max_position_embeddings:
+        raise UserError(f"data.max_seq_len {d.max_seq_len} exceeds "
+                        f"model.max_position_embeddings {model.max_position_embeddings}")
+    init = config.init_checkpoint.strip()
+    result = FinetuneSettings(config.task, config.mode, init, config.predict_output,
+                              f.reinit_top_layers, f.freeze_encoder, data, train, task,
+                              optimizer, fraction, model, mesh_settings(config.mesh))
     result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
     return result
 

@@ -1,26 +1,24 @@
-"""The data side of a fine-tuning run: starting point, examples and features, prepared once and
-shared by every restart. Every input problem is refused here, before anything is written."""
+"""The data side of a fine-tuning run: examples and features, read once and shared by every
+restart. Every input problem is refused here, before anything is written."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import jax
-import ml_collections
 import numpy as np
 
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import UserError
 from bertjax.finetune import readers
-from bertjax.finetune import settings as settings_lib
-from bertjax.finetune import starting_point as start_lib
 from bertjax.finetune.tasks import Task, TaskSettings, task_class
+from bertjax.settings.finetune import FinetuneSettings
 
 
 @dataclasses.dataclass
-class Prepared:
-    """Everything a training run needs that does not depend on its seed."""
+class TaskData:
+    """Everything a training run needs from the data, independent of its seed."""
 
-    start: start_lib.Start
     task: Task
     train_examples: list
     eval_examples: list
@@ -38,7 +36,7 @@ def _limited(examples: list, limit: int) -> list:
     return [examples[i] for i in chosen]
 
 
-def declared_labels(s: settings_lib.Settings, cls: type[Task]) -> TaskSettings:
+def declared_labels(s: FinetuneSettings, cls: type[Task]) -> TaskSettings:
     """The task settings, with the label order the training source declares (a TFDS ClassLabel's
     names, in index order, not sorted) when data.labels is empty."""
     if s.task_settings.labels or cls.kind != "text" or cls.regression:
@@ -47,10 +45,9 @@ def declared_labels(s: settings_lib.Settings, cls: type[Task]) -> TaskSettings:
     return dataclasses.replace(s.task_settings, labels=declared) if declared else s.task_settings
 
 
-def prepare(config: ml_collections.ConfigDict, s: settings_lib.Settings) -> Prepared:
-    """Reads and featurizes the data; every input problem is refused here, before any write."""
+def read_task_data(s: FinetuneSettings, tokenizer: Tokenizer) -> TaskData:
+    """Reads and featurizes the training and dev data."""
     cls = task_class(s.task)
-    start = start_lib.starting_point(config, s.init_checkpoint, s.data.tokenizer)
 
     def read(path: str) -> list:
         source = s.data.source(path, labeled=True, regression=cls.regression)
@@ -60,8 +57,8 @@ def prepare(config: ml_collections.ConfigDict, s: settings_lib.Settings) -> Prep
     eval_examples = _limited(read(s.data.eval), s.data.max_eval_examples)
     task_settings = declared_labels(s, cls)
     task = cls(task_settings, cls.labels_from(train_examples, task_settings))
-    train_features = task.featurize(start.tokenizer, train_examples, s.data.train, training=True)
-    eval_features = task.featurize(start.tokenizer, eval_examples, s.data.eval, training=False)
+    train_features = task.featurize(tokenizer, train_examples, s.data.train, training=True)
+    eval_features = task.featurize(tokenizer, eval_examples, s.data.eval, training=False)
     if not len(train_features):
         raise UserError(f"no training example of {s.data.train} could be used: "
                         f"{dict(train_features.counts) or 'none left'}")
@@ -69,5 +66,4 @@ def prepare(config: ml_collections.ConfigDict, s: settings_lib.Settings) -> Prep
     if jax.process_index() == 0:
         readers.report_counts(s.data.train, train_features.counts)
         readers.report_counts(s.data.eval, eval_features.counts)
-    return Prepared(start, task, train_examples, eval_examples, train_features, eval_features,
-                    counted)
+    return TaskData(task, train_examples, eval_examples, train_features, eval_features, counted)

@@ -11,12 +11,23 @@ import math
 import os
 from typing import Iterable, Mapping
 
+from bertjax import atomic_files
+
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 
 
 class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or infinite: continuing would only waste compute."""
+    """The loss became NaN or infinite: continuing would only waste compute.
+
+    `first_bad_checkpoint`: the lowest step whose saved parameters are suspect. A loss at step S is
+    computed from the parameters after S-1 updates, so a non-finite loss at S condemns checkpoint
+    S-1 even though its parameters are finite (huge, after an exploding update).
+    """
+
+    def __init__(self, message: str, first_bad_checkpoint: int | None = None):
+        super().__init__(message)
+        self.first_bad_checkpoint = first_bad_checkpoint
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -34,17 +45,18 @@ def truncate_after(workdir: str, step: int) -> None:
     kept = [r for r in records if r.get("step", 0) <= step]
     if len(kept) == len(records):
         return
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in kept)
-    os.replace(tmp, path)
+    atomic_files.write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
-def check_finite(step: int, scalars: Mapping[str, float], keys: Iterable[str] = ("loss",)) -> None:
+def check_finite(step: int, scalars: Mapping[str, float], keys: Iterable[str] = ("loss",), *,
+                 window_start: int | None = None) -> None:
+    """Raises NonFiniteLossError when a value is NaN or infinite; `scalars` may summarize the steps
+    `window_start`..`step`, any of which may be the one that diverged."""
     for key in keys:
         value = scalars.get(key)
         if value is not None and not math.isfinite(value):
-            raise NonFiniteLossError(f"{key} became {value} at step {step}")
+            first = step if window_start is None else window_start
+            raise NonFiniteLossError(f"{key} became {value} at step {step}", first - 1)
 
 
 class MetricsWriter:

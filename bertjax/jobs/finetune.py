@@ -1,0 +1,176 @@
+"""The fine-tuning job: `python -m bertjax.main --config=configs/finetune_X.py --workdir=DIR`.
+
+settings -> starting point (encoder, tokenizer, parameters of init_checkpoint) -> examples and
+features -> sharded state (encoder loaded, head fresh) -> the same compiled, donated train step
+as pretraining (with the task's objective) -> evaluation and a checkpoint at every epoch end.
+
+The workdir keeps two checkpoints while training, the latest (to resume: the same command again
+continues exactly, batch order included) and the best on the dev set; when the run finishes, only
+the best is left, so it is also the workdir's latest (what `bertjax.export` takes by default).
+
+    DIR/metrics.jsonl   step, loss, learning_rate, tokens_per_sec ...; eval_* at epoch ends
+    DIR/results.json    main metric, best_step (its checkpoint is kept), per-epoch history
+    DIR/run.json        task, encoder config, tokenizer_dir, heads (what export reads)
+    DIR/tokenizer/      the vocabulary
+
+`train.restarts=N` runs N seeds in DIR/restart_K (small datasets are unstable) and DIR/results.json
+names the best one (`best_workdir`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import jax
+
+from bertjax import loading
+from bertjax.atomic_files import write_json
+from bertjax.data.tokenizer import Tokenizer, load_tokenizer
+from bertjax.errors import UserError
+from bertjax.finetune import evaluation
+from bertjax.finetune.task_data import TaskData, read_task_data
+from bertjax.jobs import common
+from bertjax.jobs.finetune_run import FinetuneRun
+from bertjax.jobs.run_directory import RunDirectory
+from bertjax.model.config import EncoderConfig
+from bertjax.settings.finetune import FinetuneSettings
+from bertjax.settings.shared import layout_of
+
+RESULTS_FILE = loading.RESULTS_FILE
+
+
+@dataclasses.dataclass
+class StartingPoint:
+    """Where a run starts: the encoder's shape, the tokenizer and the init checkpoint (with its
+    parameters when some run still starts fresh)."""
+
+    encoder: EncoderConfig
+    tokenizer: Tokenizer
+    source: loading.Loaded | None
+
+
+def starting_point(s: FinetuneSettings, *, with_params: bool = True) -> StartingPoint:
+    """Refuses a tokenizer that does not fit the embeddings, or a model too short for the data."""
+    source = None
+    if s.model.from_checkpoint and not s.init_checkpoint:
+        raise UserError("set config.init_checkpoint (a pretraining workdir or params export) "
+                        "or, to train from scratch, a model.preset and data.tokenizer")
+    if s.init_checkpoint:
+        source = (loading.load if with_params else loading.describe)(s.init_checkpoint)
+        recorded = source.require_encoder()
+    else:
+        recorded = None
+    if not s.data.tokenizer and (source is None or not source.has_tokenizer):
+        raise UserError(f"no tokenizer: {s.init_checkpoint or 'training from scratch'} records "
+                        "none; set --config.data.tokenizer to the vocabulary")
+    tokenizer = (source.tokenizer(s.data.tokenizer) if source
+                 else load_tokenizer(s.data.tokenizer))
+    encoder = s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad, recorded)
+    if tokenizer.vocab_size != encoder.vocab_size:
+        named = s.data.tokenizer or f"of {s.init_checkpoint}"
+        raise UserError(f"vocabulary mismatch: the tokenizer {named} has "
+                        f"{tokenizer.vocab_size} tokens, the model from "
+                        f"{s.init_checkpoint or 'the config'} embeds {encoder.vocab_size}; use "
+                        "the checkpoint's own vocabulary")
+    if s.task_settings.max_seq_len > encoder.max_position_embeddings:
+        raise UserError(f"data.max_seq_len {s.task_settings.max_seq_len} exceeds the model's "
+                        f"max_position_embeddings {encoder.max_position_embeddings}")
+    return StartingPoint(encoder, tokenizer, source)
+
+
+def run(s: FinetuneSettings, workdir: str) -> dict:
+    if s.mode == "predict":
+        from bertjax.jobs import predict
+
+        return predict.run(s, workdir)
+    workdirs = ([workdir] if s.train.restarts == 1 else
+                [os.path.join(workdir, f"restart_{k}") for k in range(s.train.restarts)])
+    fresh = any(not loading.checkpoint_steps(w) for w in workdirs)
+    start = starting_point(s, with_params=fresh)
+    data = read_task_data(s, start.tokenizer)
+    with common.stop_requests() as stop:
+        if s.train.restarts == 1:
+            return train(s, start, data, workdir, s.train.seed, stop)
+        return train_restarts(s, start, data, workdir, stop)
+
+
+def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int,
+            tokenizer_dir: str) -> tuple[dict, dict]:
+    """(compared, info) of run.json."""
+    compared = {"task": s.task, "model": layout_of(start.encoder),
+                "heads": data.task.heads_info()}
+    info = {"encoder": dataclasses.asdict(start.encoder), "tokenizer_dir": tokenizer_dir,
+            "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
+            "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
+            "task_settings": data.task.recorded_settings()}
+    return compared, info
+
+
+def train(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: str, seed: int,
+          stop) -> dict:
+    """One fine-tuning run (resumed if the workdir holds one); returns its results."""
+    mesh = s.mesh.make()
+    common.check_batch_split(mesh, batch_size=s.train.batch_size // s.train.accumulation_steps,
+                             eval_batch_size=s.train.eval_batch_size)
+    run_dir = RunDirectory(workdir)
+    done = loading.read_json(os.path.join(run_dir.path, RESULTS_FILE))
+    tokenizer_dir = os.path.join(run_dir.path, "tokenizer")
+    compared, info = _record(s, start, data, seed, tokenizer_dir)
+    run_dir.check(compared)
+    if done.get("finished"):
+        print(f"nothing to do: the run in {run_dir.path} has finished ({RESULTS_FILE})",
+              file=sys.stderr)
+        return done
+    with run_dir:
+        run = FinetuneRun(s, start, data, run_dir.path, seed, mesh)
+        try:
+            if common.stopped_before_start(stop):
+                return {"finished": False, "step": 0}
+            if jax.process_index() == 0:
+                _save_tokenizer(start.tokenizer, tokenizer_dir)
+            run_dir.write_record(compared, info)
+            last_step = run.loop(stop)
+            run.checkpointer.wait()
+            if last_step < run.total:
+                return {"finished": False, "step": last_step}
+            return run.finish()
+        finally:
+            run.close()
+
+
+def _save_tokenizer(tokenizer: Tokenizer, directory: str) -> None:
+    """The run's own copy of its vocabulary (what run.json's tokenizer_dir names)."""
+    if not os.path.isdir(directory):
+        staging = directory + ".tmp"
+        tokenizer.save(staging)
+        os.replace(staging, directory)
+
+
+def train_restarts(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: str,
+                   stop) -> dict:
+    """N runs with seeds seed .. seed + N - 1; the best by the main metric is named."""
+    runs = []
+    for k in range(s.train.restarts):
+        if jax.process_index() == 0:
+            print(f"restart {k + 1} of {s.train.restarts}", file=sys.stderr)
+        result = train(s, start, data, os.path.join(workdir, f"restart_{k}"),
+                       s.train.seed + k, stop)
+        if not result.get("finished"):
+            return result  # stopped (SIGTERM): the same command resumes this restart
+        runs.append(result)
+    metric = data.task.main_metric
+    best = 0
+    for k, result in enumerate(runs):
+        if evaluation.is_better(metric, result["best_metric"], runs[best]["best_metric"]):
+            best = k
+    summary = {**runs[best], "best_restart": best, "best_workdir": runs[best]["workdir"],
+               "workdir": os.path.abspath(workdir),
+               "restarts": [{"seed": r["seed"], "best_metric": r["best_metric"],
+                             "best_step": r["best_step"], "workdir": r["workdir"]} for r in runs]}
+    if jax.process_index() == 0:
+        write_json(os.path.join(workdir, RESULTS_FILE), summary)
+        print(f"best of {len(runs)} restarts: restart_{best} ({metric} "
+              f"{evaluation.shown(runs[best]['best_metric'])})", file=sys.stderr)
+    return summary

@@ -1,0 +1,176 @@
+"""One fine-tuning run's parts (data, model, state, compiled step, evaluator) and its epoch-end
+hooks: evaluation, the best checkpoint kept, results.json when it finishes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import jax
+
+from bertjax.atomic_files import write_json
+from bertjax.finetune import evaluation
+from bertjax.finetune.batches import EpochBatches, process_share
+from bertjax.parallel import partitioning
+from bertjax.train import loop, warm_start
+from bertjax.train.checkpoint import Checkpointer
+from bertjax.train.compilation import compile_step
+from bertjax.train.freezing import freeze_encoder
+from bertjax.train.logging_hook import LoggingHook
+from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
+from bertjax.train.optimizer import make_optimizer
+from bertjax.train.state import param_count
+from bertjax.train.step import make_predict_step, make_train_step
+from bertjax.jobs import common
+
+RESULTS_FILE = "results.json"
+
+
+def batch_shapes(arrays: dict, batch_size: int, sharding) -> dict[str, jax.ShapeDtypeStruct]:
+    return {key: jax.ShapeDtypeStruct((batch_size, *value.shape[1:]), value.dtype,
+                                      sharding=sharding) for key, value in arrays.items()}
+
+
+class FinetuneRun:
+    def __init__(self, s, start, data, workdir: str, seed: int, mesh):
+        self.s, self.data, self.workdir, self.seed, self.mesh = s, data, workdir, seed, mesh
+        self.started = time.perf_counter()
+        self.is_main = jax.process_index() == 0
+        self.task = data.task
+        index, count = process_share(mesh)
+        self.batches = EpochBatches(data.train_features.arrays, s.train.batch_size, seed,
+                                    process_index=index, process_count=count)
+        self.steps_per_epoch = self.batches.steps_per_epoch
+        self.total = s.train.steps or s.train.epochs * self.steps_per_epoch
+        self.record = {"best_step": None, "best_metric": None, "best": None, "history": []}
+        self.checkpointer = Checkpointer(workdir, keep=None)
+        self.writer = MetricsWriter(workdir, enabled=self.is_main)
+        try:
+            model, shardings = self._build_state(start)
+        except BaseException:
+            self.close()
+            raise
+        eval_rows = s.train.eval_batch_size // count
+        self.evaluator = evaluation.Evaluator(
+            self.task, make_predict_step(model, mesh, shardings), mesh,
+            data.eval_features, data.eval_examples, s.train.eval_batch_size,
+            slice(index * eval_rows, (index + 1) * eval_rows))
+        self.progress = loop.Progress(self.start_step, self.total, enabled=self.is_main)
+        self.logger = LoggingHook(
+            self.writer, s.train.log_every, summarize=self.task.objective.summarize,
+            step_info=lambda step: {"epoch": self._epoch(step)},
+            tokens_in_step=lambda _: s.train.batch_size * s.task_settings.max_seq_len,
+            progress=self.progress)
+
+    def _epoch(self, step: int) -> float:
+        return round(step / self.steps_per_epoch, 4)
+
+    def _build_state(self, start):
+        """Restores the newest readable checkpoint, or initializes (loading the encoder)."""
+        s, mesh = self.s, self.mesh
+        model = self.task.model(start.encoder, s.freeze_encoder)
+        optimizer = make_optimizer(s.optimizer_config(self.total))
+        if s.freeze_encoder:
+            optimizer = freeze_encoder(optimizer)
+        shapes = batch_shapes(self.data.train_features.arrays, s.train.batch_size,
+                              partitioning.batch_sharding(mesh))
+        warm = None
+        if start.source is not None and start.source.params is not None:
+            def warm(params, shardings):
+                return warm_start.load_encoder(s.init_checkpoint, start.source.params, params,
+                                               shardings, s.reinit_top_layers,
+                                               start.encoder.num_layers)
+        begun = common.restore_or_init(model, optimizer, shapes, mesh, self.seed,
+                                       self.checkpointer, warm)
+        self.state, self.start_step = begun.state, begun.step
+        if begun.step:
+            self.record.update({k: begun.saved[k] for k in self.record if k in begun.saved})
+            if self.is_main:
+                truncate_after(self.workdir, begun.step)
+                print(f"resuming from step {begun.step} of {self.total}", file=sys.stderr)
+        if self.is_main:
+            d = self.data
+            print(f"{s.task}: {len(d.train_examples)} training examples "
+                  f"({len(d.train_features)} rows), {len(d.eval_examples)} dev; "
+                  f"{param_count(self.state.params):,} parameters; {self.total} steps "
+                  f"({self.steps_per_epoch} per epoch); mesh {dict(mesh.shape)}",
+                  file=sys.stderr)
+        step = make_train_step(model, optimizer, mesh, begun.shardings,
+                               accumulation_steps=s.train.accumulation_steps,
+                               objective=self.task.objective)
+        self.compiled = compile_step(step, begun.abstract, shapes,
+                                     name="fine-tuning train step", verbose=self.is_main)
+        return model, begun.shardings
+
+    def save(self, step: int, state, metrics=None) -> None:
+        """A checkpoint of `step`; only it and the best one are kept."""
+        self.logger.flush()
+        self.checkpointer.save(step, state, {"step": step, **self.record}, metrics=metrics)
+        for old in self.checkpointer.all_steps():
+            if old not in (step, self.record["best_step"]):
+                self.checkpointer.delete(old)
+
+    def end_of_epoch(self, step: int, state, metrics) -> None:
+        self.logger.flush()
+        scores = self.evaluator.metrics(state.params)
+        entry = {"step": step, "epoch": self._epoch(step), **evaluation.scalars(scores)}
+        self.record["history"].append(entry)
+        value = scores[self.task.main_metric]
+        if evaluation.is_better(self.task.main_metric, value, self.record["best_metric"]):
+            self.record.update(best_step=step, best_metric=value, best=scores)
+        self.writer.write(step, {"epoch": entry["epoch"], **evaluation.scalars(scores, "eval_")})
+        if self.is_main:
+            print(f"epoch {entry['epoch']:g} (step {step}): " + ", ".join(
+                f"{k} {v:.4f}" for k, v in evaluation.scalars(scores).items()), file=sys.stderr)
+        self.save(step, state, metrics)
+
+    def mid_epoch_checkpoint(self, step: int, state, metrics) -> None:
+        if step % self.steps_per_epoch:  # epoch ends have their own
+            self.save(step, state, metrics)
+
+    def loop(self, stop) -> int:
+        hooks = [self.logger, loop.Every(self.steps_per_epoch, self.end_of_epoch)]
+        if self.s.train.checkpoint_every:
+            hooks.append(loop.Every(self.s.train.checkpoint_every, self.mid_epoch_checkpoint,
+                                    at_end=False))
+        try:
+            _, last_step = loop.run(
+                self.state, self.batches.iterate(self.start_step), start_step=self.start_step,
+                total_steps=self.total,
+                step_fn=lambda st, b: self.compiled(st, partitioning.global_batch(b, self.mesh)),
+                hooks=hooks, on_stop=self.save, progress=self.progress, stop_source=stop)
+        except NonFiniteLossError as e:
+            left = self.checkpointer.set_aside_diverged(e.first_bad_checkpoint)
+            raise NonFiniteLossError(f"{e}; {left}", e.first_bad_checkpoint) from None
+        self.state = None  # donated to the steps
+        return last_step
+
+    def finish(self) -> dict:
+        """Writes results.json, then keeps only the best checkpoint (in this order: a crash in
+        between leaves a finished run with a spare checkpoint, not one that trains again)."""
+        record, task, d = self.record, self.task, self.data
+        best_step = record["best_step"] if record["best_step"] is not None else self.total
+        results = {
+            "finished": True, "task": self.s.task, "head": task.head, "labels": task.labels,
+            "main_metric": task.main_metric, "best_metric": record["best_metric"],
+            "best_step": best_step, "best_epoch": self._epoch(best_step),
+            "eval": record["best"], "history": record["history"], "steps": self.total,
+            "steps_per_epoch": self.steps_per_epoch, "seed": self.seed,
+            "workdir": self.workdir, "train_examples": len(d.train_examples),
+            "train_rows": len(d.train_features), "eval_examples": len(d.eval_examples),
+            "counted": d.counted, "init_checkpoint": self.s.init_checkpoint,
+            "wall_seconds": round(time.perf_counter() - self.started, 1)}
+        if self.is_main:
+            write_json(os.path.join(self.workdir, RESULTS_FILE), results)
+            print(f"best {task.main_metric} {evaluation.shown(record['best_metric'])} at step "
+                  f"{best_step}; results: {os.path.join(self.workdir, RESULTS_FILE)}",
+                  file=sys.stderr)
+        for old in self.checkpointer.all_steps():
+            if old != best_step:
+                self.checkpointer.delete(old)
+        return results
+
+    def close(self) -> None:
+        self.writer.close()
+        self.checkpointer.close()

@@ -1,0 +1,209 @@
+"""The one model loader: any checkpoint kind -> encoder config, parameters, tokenizer and heads.
+
+    a run's workdir      WORKDIR/run.json + WORKDIR/checkpoints/<step>/state (pretraining or
+                         fine-tuning; a fine-tuning run with restarts is followed to its best)
+    a params export      DIR/bertjax.json + DIR/params + DIR/tokenizer (`bertjax.export`, `convert`)
+    a Hugging Face BERT  DIR/config.json + model.safetensors or pytorch_model.bin (+ vocab.txt),
+                         converted in memory: nothing is written
+
+`describe(path)` reads the JSON records alone (no arrays); `load(path)` also reads the parameters
+as numpy arrays. Fine-tuning, export, predict and pretraining's init checkpoint all come through
+here, so a path means the same thing to every command.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+from bertjax.errors import UserError
+from bertjax.interop import params_dir
+from bertjax.model.config import EncoderConfig
+
+RUN_RECORD = "run.json"
+RESULTS_FILE = "results.json"
+CHECKPOINTS = "checkpoints"
+WORKDIR, PARAMS, HUGGING_FACE = "workdir", "params", "hf"
+
+
+@dataclasses.dataclass
+class Loaded:
+    path: str                        # where it was read from (a restart's workdir when followed)
+    kind: str                        # WORKDIR, PARAMS or HUGGING_FACE
+    encoder: EncoderConfig | None    # None when the source does not record it
+    heads: dict                      # run.json / bertjax.json "heads": which heads the params have
+    record: dict                     # the source's whole JSON record (run.json or bertjax.json)
+    tokenizer_dir: str | None
+    step: int | None = None
+    params: dict | None = None       # numpy tree; None from describe()
+    _tokenizer: Any = None           # already built (a Hugging Face directory's vocab.txt)
+
+    @property
+    def info(self) -> dict:
+        """The record, with where the parameters came from (what an export keeps)."""
+        where = {"source": self.path, "step": self.step} if self.kind == WORKDIR else {}
+        return {**self.record, **where}
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return self._tokenizer is not None or self.tokenizer_dir is not None
+
+    def tokenizer(self, override: str = ""):
+        """The model's own tokenizer (or `override`'s); UserError when none is known."""
+        from bertjax.data.tokenizer import load_tokenizer
+
+        if override:
+            return load_tokenizer(override)
+        if self._tokenizer is not None:
+            return self._tokenizer
+        if not self.tokenizer_dir:
+            raise UserError(f"{self.path} keeps no tokenizer; name its vocabulary "
+                            "(--config.data.tokenizer or --tokenizer)")
+        return load_tokenizer(self.tokenizer_dir)
+
+    def require_encoder(self) -> EncoderConfig:
+        if self.encoder is None:
+            raise UserError(f"{self.path} does not record its model config (no run.json with an "
+                            "encoder entry); cannot tell what the parameters are")
+        return self.encoder
+
+
+def kind_of(path: str) -> str:
+    if not os.path.exists(path):
+        raise UserError(f"checkpoint not found: {path}")
+    if params_dir.is_params_dir(path):
+        return PARAMS
+    if os.path.isdir(os.path.join(path, CHECKPOINTS)) or os.path.isfile(
+            os.path.join(path, RESULTS_FILE)):
+        return WORKDIR
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return HUGGING_FACE
+    raise UserError(f"{path} is not a model: neither a bertjax workdir (with checkpoints/), a "
+                    f"params export (with {params_dir.INFO_FILE}) nor a Hugging Face BERT "
+                    "directory (with config.json)")
+
+
+def describe(path: str) -> Loaded:
+    """What `path` holds, from its JSON records alone (no arrays are read)."""
+    kind = kind_of(path)
+    if kind == PARAMS:
+        return _describe_params(path)
+    if kind == WORKDIR:
+        return _describe_workdir(_followed(path))
+    return _load_hugging_face(path, with_params=False)
+
+
+def load(path: str, step: int | None = None) -> Loaded:
+    """`describe(path)` with the parameters (a workdir's latest checkpoint, or `step`)."""
+    kind = kind_of(path)
+    if step is not None and kind != WORKDIR:
+        raise UserError(f"a checkpoint step was given, but {path} is not a workdir with "
+                        "checkpoints/")
+    if kind == HUGGING_FACE:
+        return _load_hugging_face(path, with_params=True)
+    if kind == PARAMS:
+        loaded = _describe_params(path)
+        loaded.params = params_dir.read_tree(os.path.join(path, params_dir.PARAMS_DIR))
+        return loaded
+    loaded = _describe_workdir(_followed(path))
+    loaded.step = _checkpoint_step(loaded.path, step)
+    state = os.path.join(loaded.path, CHECKPOINTS, str(loaded.step), "state")
+    loaded.params = params_dir.read_tree(state, subtree="params")
+    return loaded
+
+
+def read_json(path: str) -> dict:
+    """A JSON record ({} when absent); a damaged one is refused in one line."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is unreadable ({e}); restore it or use another "
+                        "directory") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{path} does not hold a JSON object; restore it or use another "
+                        "directory")
+    return value
+
+
+def _encoder(record: dict, key: str, path: str) -> EncoderConfig | None:
+    fields = record.get(key)
+    if not fields:
+        return None
+    try:
+        return EncoderConfig(**fields)
+    except TypeError as e:
+        raise UserError(f"{path} records a model config bertjax cannot read: {e}") from None
+
+
+def _describe_params(path: str) -> Loaded:
+    info_file = os.path.join(path, params_dir.INFO_FILE)
+    record = read_json(info_file)
+    if record.get("format") != params_dir.FORMAT:
+        raise UserError(f"{path} is not a bertjax params export")
+    tokenizer_dir = os.path.join(path, params_dir.TOKENIZER_DIR)
+    return Loaded(os.path.abspath(path), PARAMS, _encoder(record, "model", info_file),
+                  record.get("heads", {}), record,
+                  tokenizer_dir if os.path.isdir(tokenizer_dir) else None,
+                  step=record.get("step"))
+
+
+def _followed(workdir: str) -> str:
+    """A fine-tuning workdir with restarts keeps its models in the best restart's workdir."""
+    results = read_json(os.path.join(workdir, RESULTS_FILE))
+    best = results.get("best_workdir")
+    if best and os.path.abspath(best) != os.path.abspath(workdir) and os.path.isdir(best):
+        return best
+    return workdir
+
+
+def _describe_workdir(workdir: str) -> Loaded:
+    run_file = os.path.join(workdir, RUN_RECORD)
+    record = read_json(run_file)
+    tokenizer_dir = record.get("tokenizer_dir") or ""
+    return Loaded(os.path.abspath(workdir), WORKDIR, _encoder(record, "encoder", run_file),
+                  record.get("heads", {}), record,
+                  tokenizer_dir if os.path.isdir(tokenizer_dir) else None)
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+    """The complete checkpoints of a workdir, oldest first (nothing is created or locked)."""
+    directory = os.path.join(workdir, CHECKPOINTS)
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit()
+                  and os.path.isdir(os.path.join(directory, name, "state")))
+
+
+def _checkpoint_step(workdir: str, step: int | None) -> int:
+    steps = checkpoint_steps(workdir)
+    if not steps:
+        raise UserError(f"{workdir} has no checkpoint yet")
+    if step is None:
+        return steps[-1]
+    if step not in steps:
+        raise UserError(f"{workdir} has no checkpoint of step {step} (it has {steps})")
+    return step
+
+
+def _load_hugging_face(path: str, *, with_params: bool) -> Loaded:
+    from bertjax.interop import hf_bert_config, hf_files, hf_models
+
+    hf_config = hf_files.read_config(path)
+    hf_models.check_architecture(hf_config)
+    encoder = hf_bert_config.encoder_config_from_hf(hf_config, scan_layers=True)
+    tokenizer, _ = hf_files.read_tokenizer(path)
+    params = None
+    if with_params:
+        imported = hf_models.from_hf(hf_config, hf_files.read_state_dict(path))
+        encoder, params = imported.model, imported.params
+        if tokenizer is not None and tokenizer.vocab_size > encoder.vocab_size:
+            raise UserError(f"{path}/{hf_files.VOCAB} has {tokenizer.vocab_size} tokens but the "
+                            f"model embeds only {encoder.vocab_size}")
+    heads = {"nsp": True, "sbo": False}
+    return Loaded(os.path.abspath(path), HUGGING_FACE, encoder, heads,
+                  {"hf_config": hf_config}, None, params=params, _tokenizer=tokenizer)

@@ -1,0 +1,154 @@
+"""Pretraining settings: the objective, corpus, masking, length schedule, optimizer and loop, all
+checked here, before any file is read or written."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import ml_collections
+
+from bertjax.data.masking_config import MaskingConfig
+from bertjax.data.length_schedule import LengthSchedule
+from bertjax.errors import UserError
+from bertjax.settings.shared import (MeshSettings, ModelSpec, fields_of, mesh_settings,
+                                     model_spec)
+from bertjax.train.optimizer import OptimizerConfig
+
+# name: (next-sentence prediction, span boundary objective, example mode)
+OBJECTIVES = {
+    "bert": (True, False, "nsp"),
+    "roberta": (False, False, "full_sentences"),
+    "spanbert": (False, True, "full_sentences"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingObjective:
+    name: str
+    nsp: bool
+    sbo: bool
+    mode: str  # how examples are built: NSP pairs or full sentences
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSettings:
+    input: str
+    input_format: str
+    prepared: str
+    tokenizer: str
+    tokenizer_type: str
+    vocab_size: int
+    lowercase: bool
+    short_seq_prob: float
+    eval_fraction: float
+    workers: int
+    prefetch: int
+    vocab_size_given: bool = False  # set on the command line, not only the config's default
+
+    def inputs(self) -> tuple[list[str], str]:
+        """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
+        from bertjax.data.sources import DEMO_INPUT
+
+        raw = self.input.strip()
+        if not raw:
+            raise UserError("no corpus: set --config.data.input to text files, a directory, a "
+                            f"glob or tfds:NAME (or {DEMO_INPUT} for the demo corpus)")
+        if raw == DEMO_INPUT:
+            return [DEMO_INPUT], "sentences"  # the demo corpus is written in this layout
+        return [part.strip() for part in raw.split(",") if part.strip()], self.input_format
+
+    def prepared_dir(self, workdir: str) -> str:
+        return self.prepared or os.path.join(workdir, "data")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainLoop:
+    steps: int
+    batch_size: int  # global, across all devices and hosts
+    accumulation_steps: int
+    seed: int
+    log_every: int
+    checkpoint_every: int
+    keep_checkpoints: int  # 0: keep all
+    eval_every: int
+    eval_batches: int
+    plot: bool
+    device_memory_gb: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainSettings:
+    init_checkpoint: str
+    objective: PretrainingObjective
+    model: ModelSpec
+    mesh: MeshSettings
+    data: CorpusSettings
+    masking: MaskingConfig
+    schedule: LengthSchedule
+    optimizer: OptimizerConfig
+    train: PretrainLoop
+    task: str = "pretrain"
+
+
+def read(config: ml_collections.ConfigDict, overridden: frozenset = frozenset()
+         ) -> PretrainSettings:
+    """`overridden`: the keys given on the command line (--config.KEY=VALUE)."""
+    objective = _objective(config)
+    train = PretrainLoop(**fields_of(PretrainLoop, config.train, "train"))
+    _check_loop(train)
+    model = model_spec(config.model)
+    schedule = _schedule(config, train.steps)
+    longest = max(phase.seq_len for phase in schedule.phases)
+    if longest > model.max_position_embeddings and not model.from_checkpoint:
+        raise UserError(f"schedule sequence length {longest} exceeds "
+                        f"model.max_position_embeddings {model.max_position_embeddings}")
+    init = config.init_checkpoint.strip()
+    if model.from_checkpoint and not init:
+        raise UserError("model.preset=from_checkpoint takes the model shape from "
+                        "config.init_checkpoint, which is not set")
+    optimizer = OptimizerConfig(total_steps=train.steps, **fields_of(
+        OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",)))
+    return PretrainSettings(
+        init_checkpoint=init, objective=objective, model=model,
+        mesh=mesh_settings(config.mesh),
+        data=CorpusSettings(**fields_of(CorpusSettings, config.data, "data"),
+                            vocab_size_given="data.vocab_size" in overridden),
+        masking=MaskingConfig(**fields_of(MaskingConfig, config.masking, "masking")),
+        schedule=schedule, optimizer=optimizer, train=train)
+
+
+def _objective(config: ml_collections.ConfigDict) -> PretrainingObjective:
+    name = config.objective
+    if name not in OBJECTIVES:
+        raise UserError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
+    nsp, sbo, mode = OBJECTIVES[name]
+    if sbo and config.masking.strategy != "span":
+        raise UserError("objective spanbert needs masking.strategy='span' (the span boundary "
+                        f"objective predicts masked spans), got {config.masking.strategy!r}")
+    return PretrainingObjective(name, nsp, sbo, mode)
+
+
+def _check_loop(train: PretrainLoop) -> None:
+    for key in ("steps", "batch_size", "accumulation_steps"):
+        if int(getattr(train, key)) <= 0:
+            raise UserError(f"train.{key} must be positive, got {getattr(train, key)}")
+    for key in ("log_every", "checkpoint_every", "eval_every", "eval_batches",
+                "keep_checkpoints"):
+        if int(getattr(train, key)) < 0:
+            raise UserError(f"train.{key} must not be negative, got {getattr(train, key)}")
+    if train.device_memory_gb < 0:
+        raise UserError(f"train.device_memory_gb must not be negative, got "
+                        f"{train.device_memory_gb}")
+    if train.batch_size % train.accumulation_steps:
+        raise UserError(f"train.batch_size {train.batch_size} is not divisible by "
+                        f"train.accumulation_steps {train.accumulation_steps}")
+
+
+def _schedule(config: ml_collections.ConfigDict, steps: int) -> LengthSchedule:
+    s = config.schedule
+    if not 0.0 <= s.long_fraction <= 1.0:
+        raise UserError(f"schedule.long_fraction must be in [0, 1], got {s.long_fraction}")
+    return LengthSchedule.bert(steps, long_fraction=s.long_fraction,
+                               short=(s.short_seq_len, s.short_max_predictions),
+                               long=(s.long_seq_len, s.long_max_predictions))

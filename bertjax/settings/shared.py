@@ -1,0 +1,106 @@
+"""The parts every job's settings share: the model, the mesh, and reading a config section into a
+dataclass by field name (an unknown key is refused by name)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+from bertjax.errors import UserError
+from bertjax.model.config import EncoderConfig, preset
+
+# model.preset value that takes the shape and vocabulary from config.init_checkpoint.
+FROM_CHECKPOINT = "from_checkpoint"
+SIZE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
+# Settings that change the layout of a checkpoint; anything else may differ between runs.
+LAYOUT_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                 "max_position_embeddings", "type_vocab_size", "param_dtype", "scan_layers")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """The model section: a preset (or the init checkpoint's shape) with this run's numerics."""
+
+    preset: str
+    sizes: dict  # SIZE_KEYS given explicitly (0 in the config: the preset's)
+    dtype: str
+    param_dtype: str
+    hidden_dropout: float
+    attention_dropout: float
+    scan_layers: bool
+    remat: str
+    max_position_embeddings: int
+    type_vocab_size: int
+
+    @property
+    def from_checkpoint(self) -> bool:
+        return self.preset == FROM_CHECKPOINT
+
+    def _numerics(self) -> dict:
+        return dict(dtype=self.dtype, param_dtype=self.param_dtype,
+                    hidden_dropout=self.hidden_dropout, attention_dropout=self.attention_dropout,
+                    scan_layers=self.scan_layers, remat=self.remat)
+
+    def encoder(self, vocab_size: int, pad_token_id: int = 0,
+                recorded: EncoderConfig | None = None) -> EncoderConfig:
+        """The encoder: the preset's (sizes overridden), or with model.preset=from_checkpoint the
+        `recorded` shape and vocabulary of the init checkpoint with this config's numerics."""
+        if self.from_checkpoint:
+            if recorded is None:
+                raise UserError(f"model.preset={FROM_CHECKPOINT} takes the model shape from "
+                                "config.init_checkpoint, which is not set")
+            return self._over(recorded, vocab_size)
+        return preset(self.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
+                      max_position_embeddings=self.max_position_embeddings,
+                      type_vocab_size=self.type_vocab_size, **self.sizes, **self._numerics())
+
+    def _over(self, recorded: EncoderConfig, vocab_size: int | None) -> EncoderConfig:
+        for key, value in self.sizes.items():
+            if value != getattr(recorded, key):
+                raise UserError(f"model.{key}={value} disagrees with the init checkpoint's "
+                                f"{getattr(recorded, key)}; leave it 0 with {FROM_CHECKPOINT}")
+        if vocab_size is not None and vocab_size > recorded.vocab_size:
+            raise UserError(f"the tokenizer has {vocab_size} tokens, the init checkpoint embeds "
+                            f"{recorded.vocab_size}: use the checkpoint's own vocabulary")
+        return recorded.replace(**self._numerics())
+
+
+def layout_of(encoder: EncoderConfig) -> dict:
+    """What of an encoder a workdir's checkpoints depend on (compared on resume)."""
+    return {k: v for k, v in dataclasses.asdict(encoder).items() if k in LAYOUT_FIELDS}
+
+
+def model_spec(section: ml_collections.ConfigDict) -> ModelSpec:
+    sizes = {key: int(section[key]) for key in SIZE_KEYS if key in section and section[key]}
+    spec = ModelSpec(section.preset, sizes, section.dtype, section.param_dtype,
+                     section.hidden_dropout, section.attention_dropout, section.scan_layers,
+                     section.remat, section.max_position_embeddings, section.type_vocab_size)
+    if not spec.from_checkpoint:
+        spec.encoder(vocab_size=1000)  # refuses an unknown preset or a bad shape now, by name
+    return spec
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSettings:
+    data: int
+    fsdp: int
+    tensor: int
+
+    def make(self):
+        from bertjax.parallel.mesh import make_mesh
+
+        return make_mesh(data=self.data, fsdp=self.fsdp, tensor=self.tensor)
+
+
+def mesh_settings(section: ml_collections.ConfigDict) -> MeshSettings:
+    return MeshSettings(**fields_of(MeshSettings, section, "mesh"))
+
+
+def fields_of(cls, section: ml_collections.ConfigDict, prefix: str, skip=()) -> dict:
+    """The section's values for `cls`'s fields; a key `cls` does not have is refused by name."""
+    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
+    unknown = sorted(set(section.keys()) - names)
+    if unknown:
+        raise UserError(f"unknown setting(s) {', '.join(prefix + '.' + k for k in unknown)}")
+    return {k: section[k] for k in section.keys()}

@@ -1,0 +1,119 @@
+"""Starting a run from another checkpoint's parameters (`config.init_checkpoint`): any kind that
+`bertjax.loading` reads (a pretraining or fine-tuning workdir, a params export, a Hugging Face
+directory).
+
+Parameters are matched by '/'-joined path. Those the source lacks (a new task head) keep their
+fresh initialization; those matching a `skip` pattern (regular expressions) are not loaded (heads
+dropped on purpose); a shape mismatch on a loaded parameter is refused by name. Scanned and
+per-layer encoder layouts load into each other. Fine-tuning loads the encoder alone and may put
+the fresh initialization back into its top layers (`reinitialize_top_layers`).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+
+from bertjax.errors import UserError
+from bertjax.model import layout
+
+ENCODER_ONLY = (r"^(?!encoder/)",)  # skip patterns: everything that is not the encoder
+
+
+def _aligned(source: dict, target: dict) -> dict:
+    """The source tree with its encoder layers in the target's layout."""
+    if "encoder" in source and "encoder" in target:
+        scanned = layout.is_scanned(target["encoder"])
+        source = {**source, "encoder": layout.like(source["encoder"], scanned)}
+    return source
+
+
+def merge(target: Any, shardings: Any, source: dict, skip: Sequence[str] = ()
+          ) -> tuple[Any, list[str], list[str]]:
+    """(params, loaded paths, paths left as initialized). `target` is the freshly built tree."""
+    patterns = [re.compile(p) for p in skip]
+    flat_source = traverse_util.flatten_dict(_aligned(source, target), sep="/")
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(target)
+    flat_shardings = jax.tree_util.tree_leaves(shardings)
+    loaded, kept, merged = [], [], []
+    for (path, value), sharding in zip(leaves, flat_shardings):
+        name = "/".join(str(getattr(k, "key", k)) for k in path)
+        given = flat_source.get(name)
+        if given is None or any(p.search(name) for p in patterns):
+            kept.append(name)
+            merged.append(value)
+            continue
+        if tuple(np.shape(given)) != tuple(value.shape):
+            raise UserError(f"init checkpoint parameter {name} has shape {np.shape(given)}, the "
+                            f"model needs {tuple(value.shape)} (another size or vocabulary?)")
+        merged.append(jax.device_put(np.asarray(given).astype(value.dtype), sharding))
+        loaded.append(name)
+    if not loaded:
+        raise UserError("the init checkpoint shares no parameter with this model")
+    return jax.tree_util.tree_unflatten(treedef, merged), loaded, kept
+
+
+def load_params(source: str, source_params: dict, params: Any, shardings: Any,
+                skip: Sequence[str] = ()) -> Any:
+    """`params` with what `source_params` has of them (see module doc), saying what was left
+    initialized."""
+    merged, loaded, kept = merge(params, shardings, source_params, skip)
+    if jax.process_index() == 0:
+        note = f"; initialized fresh: {', '.join(_summarize(kept))}" if kept else ""
+        print(f"loaded {len(loaded)} parameters from {source}{note}", file=sys.stderr)
+    return merged
+
+
+def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
+                 reinit_top_layers: int, num_layers: int) -> Any:
+    """`params` with the encoder (pooler included) of `source_params`, heads left fresh."""
+    merged, loaded, kept = merge(params, shardings, source_params, ENCODER_ONLY)
+    missing = [name for name in kept if name.startswith("encoder/")]
+    if missing:
+        raise UserError(f"the init checkpoint {source} lacks encoder parameter(s) "
+                        f"{', '.join(missing[:3])}: not a BERT encoder of this shape")
+    if reinit_top_layers:
+        if reinit_top_layers > num_layers:
+            raise UserError(f"finetune.reinit_top_layers={reinit_top_layers} exceeds the "
+                            f"encoder's {num_layers} layers")
+        merged = reinitialize_top_layers(merged, params, shardings, reinit_top_layers,
+                                         num_layers)
+    if jax.process_index() == 0:
+        fresh = sorted({"/".join(n.split("/")[:1]) for n in kept})
+        note = f" and the top {reinit_top_layers} layer(s) + pooler" if reinit_top_layers else ""
+        print(f"loaded the encoder ({len(loaded)} arrays) from {source}; initialized fresh: "
+              f"{', '.join(fresh)}{note}", file=sys.stderr)
+    return merged
+
+
+def reinitialize_top_layers(loaded: Any, fresh: Any, shardings: Any, k: int,
+                            num_layers: int) -> Any:
+    """The fresh values in the top k layers and the pooler, the loaded ones elsewhere. A scanned
+    encoder stacks its layers in one array per parameter: its top slices are replaced."""
+    first_fresh = num_layers - k
+
+    def pick(path, old, new):
+        names = [str(getattr(key, "key", key)) for key in path]
+        where = names[1] if len(names) >= 2 and names[0] == "encoder" else None
+        if where == "pooler":
+            return new
+        if where == "layers":  # stacked: [num_layers, ...]
+            top = jnp.arange(num_layers) >= first_fresh
+            return jnp.where(top.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)
+        match = re.fullmatch(r"layer_(\d+)", where or "")
+        return new if match and int(match.group(1)) >= first_fresh else old
+
+    combine = jax.jit(lambda a, b: jax.tree_util.tree_map_with_path(pick, a, b),
+                      out_shardings=shardings)
+    return combine(loaded, fresh)
+
+
+def _summarize(paths: list[str], limit: int = 6) -> list[str]:
+    tops = sorted({"/".join(p.split("/")[:2]) for p in paths})
+    return tops[:limit] + ([f"... ({len(tops) - limit} more)"] if len(tops) > limit else [])

@@ -1,0 +1,74 @@
+"""BERT pretraining presets, one per platform: `--config=configs/platform.py:NAME`.
+
+Each changes only what differs from base.py. On accelerators matmuls run in bfloat16 while the
+parameters stay float32 (softmax, LayerNorm and the losses stay fp32 too); the mesh is plain data
+parallelism unless a preset says otherwise.
+
+  cpu        One CPU host (a laptop or workstation). CPUs have no fast bfloat16 matmuls, so
+             compute stays fp32; BERT-base would take days per thousand steps, so this trains the
+             `mini` size (L=4, H=256) with the recipe's other settings, batch 32. XLA sees one
+             CPU device unless told otherwise (XLA_FLAGS=--xla_force_host_platform_device_count=N).
+                 python -m bertjax.main --config=configs/platform.py:cpu --workdir=DIR \
+                     --config.data.input='corpus/*.txt'
+
+  gpu_8      BERT-base on one node of 8 GPUs (A100 / H100), one process driving all eight: the
+             paper's global batch of 256, 32 sequences per GPU, data parallel over NVLink. For
+             several nodes, submit launch/slurm_gpu.sbatch (one process per node) and scale
+             train.batch_size with the node count.
+                 python -m bertjax.main --config=configs/platform.py:gpu_8 --workdir=DIR \
+                     --config.data.input='corpus/*.txt'
+
+  tpu_v4_8   BERT-base on one TPU v4-8 VM: 4 chips of 32 GiB HBM, one host. 110M parameters
+             and their Adam moments fit every chip many times over; batch 256 is 64 a chip.
+                 launch/tpu_vm.sh --name=bert --zone=us-central2-b --type=v4-8 -- \
+                     --config=configs/platform.py:tpu_v4_8 --workdir=DIR \
+                     --config.data.input='corpus/*.txt'
+
+  tpu_v5e_8  BERT-base on one TPU v5e-8 VM (v5litepod-8): 8 chips of 16 GiB HBM, one host.
+             Batch 256 is 32 a chip, which keeps the 512-token phase well inside 16 GiB without
+             remat.
+                 launch/tpu_vm.sh --name=bert --zone=us-west4-a --type=v5litepod-8 \
+                     --version=v2-alpha-tpuv5-lite -- \
+                     --config=configs/platform.py:tpu_v5e_8 --workdir=DIR \
+                     --config.data.input='corpus/*.txt'
+
+  tpu_v4_32  BERT-base on a TPU v4-32 pod slice: 16 chips of 32 GiB HBM on 4 hosts (4 JAX
+             processes). The global batch is 1,024 (64 a chip, as on a v4-8) for a quarter of the
+             steps, so the run sees the paper's 256M sequences; the peak learning rate grows by
+             sqrt(4) with the batch. Parameters and Adam moments are sharded 4 ways (fsdp=4, over
+             the fast ICI links) and the batch 16 ways (data=4 x fsdp=4): the same config then
+             also fits BERT-large (--config.model.preset=large) at 512 tokens. Every host runs
+             the same command (launch/tpu_vm.sh does); the workdir must be on a file system all
+             4 hosts mount at the same path.
+                 launch/tpu_vm.sh --name=bert --zone=us-central2-b --type=v4-32 -- \
+                     --config=configs/platform.py:tpu_v4_32 --workdir=/mnt/shared/DIR \
+                     --config.data.input='/mnt/shared/corpus/*.txt'
+"""
+
+from configs import base
+
+_BF16 = {"model.dtype": "bfloat16"}
+
+# name -> the settings that differ from base.py (dotted keys).
+PLATFORMS: dict[str, dict] = {
+    "cpu": {"model.preset": "mini", "train.batch_size": 32},
+    "gpu_8": _BF16,
+    "tpu_v4_8": _BF16,
+    "tpu_v5e_8": _BF16,
+    "tpu_v4_32": {**_BF16, "train.batch_size": 1024, "train.steps": 250_000,
+                  "train.checkpoint_every": 2_500, "train.eval_every": 2_500,
+                  "optimizer.learning_rate": 2e-4, "optimizer.warmup_steps": 2_500,
+                  "mesh.fsdp": 4},  # data: the remaining 4 ways (base's -1)
+}
+
+
+def get_config(platform: str | None = None):
+    if platform not in PLATFORMS:
+        # A KeyError, not a ValueError: config_flags turns the latter into a traceback dump.
+        raise KeyError(f"configs/platform.py needs a platform: --config=configs/platform.py:NAME "
+                       f"with NAME one of {', '.join(PLATFORMS)}, got {platform!r}")
+    config = base.get_config()
+    for key, value in PLATFORMS[platform].items():
+        section, field = key.split(".")
+        config[section][field] = value
+    return config
