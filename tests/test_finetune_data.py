@@ -11,8 +11,8 @@ import tensorflow_datasets as tfds
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.errors import UserError
-from bertjax.finetune import batches, datasets, features, preparation, readers
-from bertjax.finetune import settings as settings_lib
+from bertjax.finetune import batches, datasets, features, readers, task_data
+from bertjax.settings import finetune as finetune_settings
 from bertjax.finetune.readers import Columns, Source, TaggedExample, TextExample
 from bertjax.finetune.tasks import TaskSettings, task_class
 
@@ -173,9 +173,9 @@ def test_tfds_class_names_keep_their_order_and_f1_is_of_the_positive_label(tmp_p
     data_dir = str(tmp_path / "tfds")
     BertjaxTinyMrpc(data_dir=data_dir, file_format="array_record").download_and_prepare()
     config = _pair_config(train="tfds:bertjax_tiny_mrpc:train", eval="x", tfds_data_dir=data_dir)
-    s = settings_lib.settings(config)
+    s = finetune_settings.read(config)
     cls = task_class("finetune_classification")
-    task_settings = preparation.declared_labels(s, cls)
+    task_settings = task_data.declared_labels(s, cls)
     assert task_settings.labels == ("not_equivalent", "equivalent")  # not sorted
     examples = readers.read(s.data.source(s.data.train, labeled=True, regression=False), "text")
     task = cls(task_settings, cls.labels_from(examples, task_settings))
@@ -189,7 +189,7 @@ def test_tfds_class_names_keep_their_order_and_f1_is_of_the_positive_label(tmp_p
     with pytest.raises(UserError, match="data.positive_label 'yes' is not a label"):
         cls.labels_from(examples, dataclasses.replace(task_settings, positive_label="yes"))
     with pytest.raises(UserError, match="data.positive_label '2' is not one of data.labels"):
-        settings_lib.settings(_pair_config(labels="0,1", positive_label="2"), require_data=False)
+        finetune_settings.read(_pair_config(labels="0,1", positive_label="2"), require_data=False)
     # Files keep sorting (no declared order).
     assert readers.label_order(Source(str(tmp_path / "any.tsv"))) == ()
 

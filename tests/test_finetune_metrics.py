@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bertjax.finetune import crf, metrics
+from bertjax.finetune import scoring
+from bertjax.model import crf
 
 
 # --- classification --------------------------------------------------------------------------
@@ -24,26 +25,26 @@ def test_binary_mcc_and_f1_match_the_hand_formulas():
     fp = np.sum((predicted == 1) & (gold == 0))
     fn = np.sum((predicted == 0) & (gold == 1))
     mcc = (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    assert metrics.matthews_corrcoef(gold, predicted, 2) == pytest.approx(mcc)
-    assert metrics.f1_of_class(gold, predicted, 1) == pytest.approx(2 * tp / (2 * tp + fp + fn))
-    assert metrics.accuracy(gold, predicted) == pytest.approx((tp + tn) / 200)
+    assert scoring.matthews_corrcoef(gold, predicted, 2) == pytest.approx(mcc)
+    assert scoring.f1_of_class(gold, predicted, 1) == pytest.approx(2 * tp / (2 * tp + fp + fn))
+    assert scoring.accuracy(gold, predicted) == pytest.approx((tp + tn) / 200)
 
 
 def test_mcc_edge_cases_and_multiclass():
-    assert metrics.matthews_corrcoef([0, 1, 2, 0], [0, 1, 2, 0], 3) == pytest.approx(1.0)
-    assert metrics.matthews_corrcoef([0, 1, 0, 1], [1, 0, 1, 0], 2) == pytest.approx(-1.0)
-    assert metrics.matthews_corrcoef([0, 1, 0, 1], [1, 1, 1, 1], 2) == 0.0  # constant: undefined
+    assert scoring.matthews_corrcoef([0, 1, 2, 0], [0, 1, 2, 0], 3) == pytest.approx(1.0)
+    assert scoring.matthews_corrcoef([0, 1, 0, 1], [1, 0, 1, 0], 2) == pytest.approx(-1.0)
+    assert scoring.matthews_corrcoef([0, 1, 0, 1], [1, 1, 1, 1], 2) == 0.0  # constant: undefined
     # Gorodkin's R_K on a 3-class confusion matrix, written out from its definition.
     gold = [0, 0, 0, 1, 1, 2, 2, 2, 2]
     predicted = [0, 1, 0, 1, 2, 2, 2, 0, 2]
-    c = metrics.confusion_matrix(gold, predicted, 3).astype(float)
+    c = scoring.confusion_matrix(gold, predicted, 3).astype(float)
     n = c.sum()
     num = sum(c[k, k] * c[l, m] - c[k, l] * c[m, k]
               for k in range(3) for l in range(3) for m in range(3))
     a = sum(c[k, :].sum() * (n - c[k, :].sum()) for k in range(3))
     b = sum(c[:, k].sum() * (n - c[:, k].sum()) for k in range(3))
-    assert metrics.matthews_corrcoef(gold, predicted, 3) == pytest.approx(num / math.sqrt(a * b))
-    assert metrics.macro_f1(gold, predicted) == pytest.approx(np.mean([
+    assert scoring.matthews_corrcoef(gold, predicted, 3) == pytest.approx(num / math.sqrt(a * b))
+    assert scoring.macro_f1(gold, predicted) == pytest.approx(np.mean([
         2 * 2 / (2 * 2 + 1 + 1), 2 * 1 / (2 * 1 + 1 + 1), 2 * 3 / (2 * 3 + 1 + 1)]))
 
 
@@ -54,8 +55,8 @@ def test_macro_f1_averages_only_the_labels_present_in_gold_or_predictions():
     predicted = [0, 0, 1, 1, 1, 2]
     f1_0 = 2 * 2 / (2 * 2 + 0 + 1)  # tp 2, fp 0, fn 1
     f1_1 = 2 * 2 / (2 * 2 + 1 + 1)  # tp 2, fp 1, fn 1
-    assert metrics.macro_f1(gold, predicted) == pytest.approx((f1_0 + f1_1 + 0.0) / 3)
-    assert metrics.macro_f1([], []) == 0.0
+    assert scoring.macro_f1(gold, predicted) == pytest.approx((f1_0 + f1_1 + 0.0) / 3)
+    assert scoring.macro_f1([], []) == 0.0
 
 
 # --- regression ------------------------------------------------------------------------------
@@ -65,12 +66,12 @@ def test_pearson_and_spearman_match_scipy_with_ties():
     x = rng.normal(size=300)
     y = 0.5 * x + rng.normal(size=300)
     tied = np.round(y * 2) / 2  # many ties
-    assert metrics.pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0], abs=1e-12)
-    assert metrics.spearman(x, tied) == pytest.approx(stats.spearmanr(x, tied)[0], abs=1e-12)
-    assert metrics.spearman(tied, np.round(x)) == pytest.approx(
+    assert scoring.pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0], abs=1e-12)
+    assert scoring.spearman(x, tied) == pytest.approx(stats.spearmanr(x, tied)[0], abs=1e-12)
+    assert scoring.spearman(tied, np.round(x)) == pytest.approx(
         stats.spearmanr(tied, np.round(x))[0], abs=1e-12)
-    np.testing.assert_allclose(metrics.average_ranks([3, 1, 3, 2]), stats.rankdata([3, 1, 3, 2]))
-    assert metrics.pearson([1, 2, 3], [5, 5, 5]) == 0.0  # constant predictions
+    np.testing.assert_allclose(scoring.average_ranks([3, 1, 3, 2]), stats.rankdata([3, 1, 3, 2]))
+    assert scoring.pearson([1, 2, 3], [5, 5, 5]) == 0.0  # constant predictions
 
 
 # --- entities --------------------------------------------------------------------------------
@@ -79,25 +80,25 @@ def test_entity_spans_follow_seqeval_default_rules():
     tags = ["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-ORG", "I-ORG", "O", "I-MISC", "B-PER"]
     # I-ORG after B-LOC starts an ORG entity; I-MISC after O starts a MISC entity (seqeval's
     # default mode keeps such "invalid" starts rather than dropping them).
-    assert metrics.entity_spans(tags) == [("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4),
+    assert scoring.entity_spans(tags) == [("PER", 0, 1), ("LOC", 3, 3), ("LOC", 4, 4),
                                           ("ORG", 5, 6), ("MISC", 8, 8), ("PER", 9, 9)]
-    assert metrics.entity_spans(["I-PER", "I-PER"]) == [("PER", 0, 1)]
-    assert metrics.entity_spans(["B-PER", "I-LOC"]) == [("PER", 0, 0), ("LOC", 1, 1)]
-    assert metrics.entity_spans(["O", "O"]) == []
+    assert scoring.entity_spans(["I-PER", "I-PER"]) == [("PER", 0, 1)]
+    assert scoring.entity_spans(["B-PER", "I-LOC"]) == [("PER", 0, 0), ("LOC", 1, 1)]
+    assert scoring.entity_spans(["O", "O"]) == []
 
 
 def test_entity_f1_needs_exact_span_and_type():
     gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
     predicted = [["B-PER", "O", "O", "B-LOC"],  # PER cut short: a miss and a false alarm
                  ["B-MISC", "O"]]  # right span, wrong type
-    scores = metrics.entity_scores(gold, predicted)
+    scores = scoring.entity_scores(gold, predicted)
     # 1 of 3 predicted entities is right (LOC), 1 of 3 gold found.
     assert scores["entity_precision"] == pytest.approx(1 / 3)
     assert scores["entity_recall"] == pytest.approx(1 / 3)
     assert scores["entity_f1"] == pytest.approx(1 / 3)
     assert scores["entity_f1_by_type"] == {"LOC": 1.0, "MISC": 0.0, "ORG": 0.0, "PER": 0.0}
-    assert metrics.entity_scores(gold, gold)["entity_f1"] == 1.0
-    assert metrics.entity_scores(gold, [["O"] * 4, ["O"] * 2])["entity_f1"] == 0.0
+    assert scoring.entity_scores(gold, gold)["entity_f1"] == 1.0
+    assert scoring.entity_scores(gold, [["O"] * 4, ["O"] * 2])["entity_f1"] == 0.0
 
 
 # --- SQuAD -----------------------------------------------------------------------------------
@@ -110,18 +111,18 @@ def test_entity_f1_needs_exact_span_and_type():
     ("Saint-Étienne", "saintétienne"),
 ])
 def test_squad_normalization(text, normalized):
-    assert metrics.normalize_answer(text) == normalized
+    assert scoring.normalize_answer(text) == normalized
 
 
 def test_squad_em_and_f1_take_the_best_gold_answer():
-    assert metrics.exact_match("the Broncos", "Broncos") == 1.0
+    assert scoring.exact_match("the Broncos", "Broncos") == 1.0
     # prediction "denver broncos won" vs "broncos": 1 common of 3 and 1 -> P 1/3, R 1 -> F1 0.5
-    assert metrics.token_f1("Denver Broncos won", "Broncos") == pytest.approx(0.5)
-    assert metrics.token_f1("a", "the") == 0.0  # both normalize to nothing
-    scores = metrics.squad_scores({"q1": ["Broncos", "Denver Broncos"], "q2": ["1990"]},
+    assert scoring.token_f1("Denver Broncos won", "Broncos") == pytest.approx(0.5)
+    assert scoring.token_f1("a", "the") == 0.0  # both normalize to nothing
+    scores = scoring.squad_scores({"q1": ["Broncos", "Denver Broncos"], "q2": ["1990"]},
                                   {"q1": "denver broncos", "q2": "in 1991"})
     assert scores == {"exact_match": pytest.approx(50.0), "f1": pytest.approx(50.0)}
-    assert metrics.squad_scores({"q": ["x"]}, {})["f1"] == 0.0  # unanswered counts as 0
+    assert scoring.squad_scores({"q": ["x"]}, {})["f1"] == 0.0  # unanswered counts as 0
 
 
 # --- CRF -------------------------------------------------------------------------------------

@@ -13,8 +13,11 @@ import pytest
 from bertjax import main
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.errors import UserError
-from bertjax.finetune import starting_point
-from bertjax.interop import hf_layout, params_dir
+from bertjax import loading
+from bertjax.jobs.finetune import starting_point
+from bertjax.settings import finetune as finetune_settings
+from bertjax.train import freezing, warm_start
+from bertjax.interop import hf_bert_config, hf_layout, params_dir
 from bertjax.model.config import EncoderConfig, preset
 from bertjax.model.heads import BertForPretraining
 from bertjax.model.task_heads import SequenceClassifier, SpanExtractor, TokenClassifier
@@ -28,6 +31,11 @@ from trees import flat
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = dict(num_layers=3, hidden_size=32, num_heads=2, intermediate_size=64, vocab_size=40,
              hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def load_encoder(directory, params, shardings, reinit_top_layers, num_layers):
+    return warm_start.load_encoder(directory, loading.load(directory).params, params, shardings,
+                                   reinit_top_layers, num_layers)
 
 
 def batch_shapes(mesh, rows=8, length=8, **extra):
@@ -61,8 +69,7 @@ def test_only_the_encoder_is_loaded_and_the_top_layers_can_start_fresh(pretraine
     optimizer = make_optimizer(OptimizerConfig(total_steps=10, warmup_steps=1))
     state, shardings = create_train_state(model, optimizer, batch_shapes(mesh), mesh, seed=1)
     fresh = flat(jax.device_get(state.params))
-    loaded = flat(jax.device_get(starting_point.load_encoder(
-        directory, state.params, shardings.params, 0, config.num_layers)))
+    loaded = flat(jax.device_get(load_encoder(directory, state.params, shardings.params, 0, config.num_layers)))
     assert set(loaded) == set(fresh)  # no mlm/nsp arrays came along
     np.testing.assert_array_equal(loaded["encoder/layers/attention/query/kernel"][2],
                                   source["encoder"]["layer_2"]["attention"]["query"]["kernel"])
@@ -70,8 +77,7 @@ def test_only_the_encoder_is_loaded_and_the_top_layers_can_start_fresh(pretraine
                                   source["encoder"]["pooler"]["kernel"])
     np.testing.assert_array_equal(loaded["classifier/kernel"], fresh["classifier/kernel"])
 
-    top = flat(jax.device_get(starting_point.load_encoder(
-        directory, state.params, shardings.params, 1, config.num_layers)))
+    top = flat(jax.device_get(load_encoder(directory, state.params, shardings.params, 1, config.num_layers)))
     for name, value in top.items():
         if name.startswith("encoder/layers/"):
             np.testing.assert_array_equal(value[:2], loaded[name][:2], err_msg=name)
@@ -81,7 +87,7 @@ def test_only_the_encoder_is_loaded_and_the_top_layers_can_start_fresh(pretraine
         else:
             np.testing.assert_array_equal(value, loaded[name])
     with pytest.raises(UserError, match="exceeds the encoder's 3 layers"):
-        starting_point.load_encoder(directory, state.params, shardings.params, 4, 3)
+        load_encoder(directory, state.params, shardings.params, 4, 3)
 
 
 def test_reinitializing_per_layer_parameters(pretrained_export):
@@ -94,8 +100,7 @@ def test_reinitializing_per_layer_parameters(pretrained_export):
     optimizer = make_optimizer(OptimizerConfig(total_steps=10, warmup_steps=1))
     state, shardings = create_train_state(model, optimizer, shapes, mesh, seed=1)
     fresh = flat(jax.device_get(state.params))
-    top = flat(jax.device_get(starting_point.load_encoder(
-        directory, state.params, shardings.params, 2, config.num_layers)))
+    top = flat(jax.device_get(load_encoder(directory, state.params, shardings.params, 2, config.num_layers)))
     np.testing.assert_array_equal(top["encoder/layer_0/output/kernel"],
                                   source["encoder"]["layer_0"]["output"]["kernel"])
     for layer in (1, 2):
@@ -111,7 +116,7 @@ def test_a_frozen_encoder_does_not_move(pretrained_export):
     shapes = batch_shapes(mesh)
     shapes.update(label_ids=shapes["input_ids"], label_mask=shapes["input_ids"])
     del shapes["label"]
-    optimizer = starting_point.freeze_encoder(make_optimizer(OptimizerConfig(
+    optimizer = freezing.freeze_encoder(make_optimizer(OptimizerConfig(
         total_steps=10, warmup_steps=0, weight_decay=0.1)))
     state, shardings = create_train_state(model, optimizer, shapes, mesh, seed=0)
     before = flat(jax.device_get(state.params))
@@ -142,7 +147,7 @@ def test_an_imported_bert_is_refused_with_another_vocabulary(tmp_path, minilm_di
     from safetensors.numpy import load_file
 
     with open(os.path.join(minilm_dir, "config.json")) as f:
-        config = hf_layout.encoder_config_from_hf(json.load(f), num_layers=1)
+        config = hf_bert_config.encoder_config_from_hf(json.load(f), num_layers=1)
     params, _, _ = hf_layout.from_hf_state_dict(
         load_file(os.path.join(minilm_dir, "model.safetensors")), config)
     export = str(tmp_path / "minilm")
@@ -164,14 +169,14 @@ def test_an_imported_bert_is_refused_with_another_vocabulary(tmp_path, minilm_di
 
     config = finetune_sentiment.get_config()
     config.init_checkpoint = export
-    begun = starting_point.starting_point(config, export, "")
+    begun = starting_point(finetune_settings.read(config, require_data=False))
     assert begun.encoder.vocab_size == begun.tokenizer.vocab_size == 30522
     assert begun.encoder.num_layers == 1 and begun.encoder.hidden_size == 384
 
 
 def test_freeze_wrapper_keeps_the_optimizer_state_param_shaped():
     params = {"encoder": {"w": np.ones(3, np.float32)}, "classifier": {"kernel": np.ones(2)}}
-    optimizer = starting_point.freeze_encoder(optax.sgd(0.1))
+    optimizer = freezing.freeze_encoder(optax.sgd(0.1))
     state = optimizer.init(params)
     updates, _ = optimizer.update({"encoder": {"w": np.ones(3)},
                                    "classifier": {"kernel": np.ones(2)}}, state, params)
@@ -183,7 +188,7 @@ def test_a_crf_tagger_fits_real_tweets():
     """The token-classification head with its CRF loss learns real BIO tags: 32 tweets of the
     packaged NER set, fitted by a one-layer model and scored by entity F1 through the task's own
     evaluation (Viterbi decoding)."""
-    from bertjax.data.tokenizer import train_wordpiece
+    from bertjax.data.tokenizer_training import train_wordpiece
     from bertjax.finetune import readers
     from bertjax.finetune.tasks import TaskSettings, task_class
     from bertjax.train.step import make_predict_step

@@ -20,7 +20,7 @@ from transformers import BertConfig, BertForPreTraining, BertModel
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.errors import UserError
-from bertjax.interop import hf_layout
+from bertjax.interop import hf_bert_config, hf_layout
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
@@ -116,7 +116,7 @@ def test_random_bert_for_pretraining_matches_transformers(
         attn_implementation="eager")
     hf = BertForPreTraining(hf_config).eval()
     randomize(hf, seed=hidden + layers)
-    config = hf_layout.encoder_config_from_hf(hf_config.to_dict(), scan_layers=scan)
+    config = hf_bert_config.encoder_config_from_hf(hf_config.to_dict(), scan_layers=scan)
     params, missing, unused = hf_layout.from_hf_state_dict(hf.state_dict(), config)
     assert missing == [] and unused == []
 
@@ -134,7 +134,7 @@ def test_random_bert_for_pretraining_matches_transformers(
 
 def test_pretrained_minilm_matches_transformers(minilm_dir, bert_vocab_path):
     with open(os.path.join(minilm_dir, "config.json")) as f:
-        config = hf_layout.encoder_config_from_hf(json.load(f), scan_layers=True)
+        config = hf_bert_config.encoder_config_from_hf(json.load(f), scan_layers=True)
     assert (config.num_layers, config.hidden_size, config.num_heads) == (6, 384, 12)
     state_dict = load_file(os.path.join(minilm_dir, "model.safetensors"))
     params, missing, unused = hf_layout.from_hf_state_dict(state_dict, config)
@@ -197,7 +197,7 @@ def test_export_loads_strictly_into_transformers_and_computes_the_same(bert_voca
     config = small_config(vocab_size=30522, max_position_embeddings=64)
     params = _init_params(config)
     params = jax.tree.map(lambda x: (x * 0.1).astype(x.dtype), params)
-    hf = BertForPreTraining(BertConfig(**hf_layout.hf_config_dict(config),
+    hf = BertForPreTraining(BertConfig(**hf_bert_config.hf_config_dict(config),
                                        attn_implementation="eager")).eval()
     state_dict = hf_layout.to_hf_state_dict(params, config)
     hf.load_state_dict({k: torch.from_numpy(v) for k, v in state_dict.items()}, strict=True)
@@ -210,7 +210,7 @@ def test_export_loads_strictly_into_transformers_and_computes_the_same(bert_voca
 
     bare = hf_layout.to_hf_state_dict(params, config, include_heads=False)
     assert all(not k.startswith(("bert.", "cls.")) for k in bare)
-    BertModel(BertConfig(**hf_layout.hf_config_dict(config))).load_state_dict(
+    BertModel(BertConfig(**hf_bert_config.hf_config_dict(config))).load_state_dict(
         {k: torch.from_numpy(v) for k, v in bare.items()}, strict=True)
     no_nsp = hf_layout.to_hf_state_dict(params, config, nsp=False)
     assert set(state_dict) - set(no_nsp) == {"cls.seq_relationship.weight",
@@ -248,17 +248,17 @@ def test_import_rejects_weights_that_do_not_fit_the_config():
 
 def test_configs_convert_both_ways_and_unsupported_models_are_user_errors():
     config = small_config(hidden_dropout=0.05, layer_norm_eps=1e-7, type_vocab_size=3)
-    hf_dict = hf_layout.hf_config_dict(config)
+    hf_dict = hf_bert_config.hf_config_dict(config)
     assert BertConfig(**hf_dict).num_hidden_layers == 2
-    assert hf_layout.encoder_config_from_hf(hf_dict) == config
-    assert hf_layout.encoder_config_from_hf(
+    assert hf_bert_config.encoder_config_from_hf(hf_dict) == config
+    assert hf_bert_config.encoder_config_from_hf(
         BertConfig(**hf_dict).to_dict(), dtype="bfloat16").dtype == "bfloat16"
     for key, value in [("model_type", "roberta"),
                        ("position_embedding_type", "relative_key_query"),
                        ("hidden_act", "gelu_new")]:
         with pytest.raises(UserError, match=f"unsupported {key} '{value}'"):
-            hf_layout.encoder_config_from_hf({**hf_dict, key: value})
+            hf_bert_config.encoder_config_from_hf({**hf_dict, key: value})
     with pytest.raises(UserError, match="not divisible"):
-        hf_layout.encoder_config_from_hf({**hf_dict, "num_attention_heads": 7})
+        hf_bert_config.encoder_config_from_hf({**hf_dict, "num_attention_heads": 7})
     with pytest.raises(UserError, match="bad model setting"):
-        hf_layout.encoder_config_from_hf(hf_dict, no_such_field=1)
+        hf_bert_config.encoder_config_from_hf(hf_dict, no_such_field=1)

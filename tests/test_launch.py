@@ -118,7 +118,7 @@ def test_local_forwards_sigterm_to_every_process_and_returns_the_first_failure(t
 
 
 TPU_ARGS = ["--name=bert-1", "--zone=us-central2-b", "--project=my-proj", "--type=v4-32", "--",
-            "--config=configs/tpu_v4_32.py", "--workdir=/mnt/shared/wd",
+            "--config=configs/platform.py:tpu_v4_32", "--workdir=/mnt/shared/wd",
             "--config.data.input=/mnt/shared/corpus/*.txt"]
 TPU_WHERE = "--zone=us-central2-b --project=my-proj"
 
@@ -137,14 +137,14 @@ def test_tpu_vm_dry_run_creates_copies_sets_up_runs_on_all_workers_and_deletes()
         "bertjax && tar -xzf bertjax.tar.gz -C bertjax && python3 -m pip install -q -e "
         "./bertjax '\\''jax[tpu]>=0.10,<0.11'\\'''",
         f"{tpu} ssh bert-1 {TPU_WHERE} --worker=all '--command=cd bertjax && python3 -m "
-        "bertjax.main --config=configs/tpu_v4_32.py --workdir=/mnt/shared/wd "
+        "bertjax.main --config=configs/platform.py:tpu_v4_32 --workdir=/mnt/shared/wd "
         "'\\''--config.data.input=/mnt/shared/corpus/*.txt'\\'''",
         f"{tpu} delete bert-1 {TPU_WHERE} --quiet",
     ]
     # What each worker's shell finally runs, parsed twice (the local line, then --command).
     command = shlex.split(result.stdout.splitlines()[4])[-1].split("=", 1)[1]
     assert shlex.split(command) == [
-        "cd", "bertjax", "&&", "python3", "-m", "bertjax.main", "--config=configs/tpu_v4_32.py",
+        "cd", "bertjax", "&&", "python3", "-m", "bertjax.main", "--config=configs/platform.py:tpu_v4_32",
         "--workdir=/mnt/shared/wd", "--config.data.input=/mnt/shared/corpus/*.txt"]
 
 
@@ -169,7 +169,7 @@ def test_tpu_vm_steps_subset_and_bad_input():
 SLURM = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[03-04]", "SLURM_NNODES": "2"}
 SRUN_TAIL = ("--ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL,JAX_COORDINATOR_ADDRESS={},"
              "JAX_NUM_PROCESSES={} bash -c 'export JAX_PROCESS_ID=$SLURM_PROCID; exec \"$0\" -m "
-             "bertjax.main \"$@\"' {} --config=configs/gpu_8.py --workdir=/shared/wd\n")
+             "bertjax.main \"$@\"' {} --config=configs/platform.py:gpu_8 --workdir=/shared/wd\n")
 
 
 @pytest.mark.parametrize("nodelist, nodes, coordinator", [
@@ -181,7 +181,7 @@ SRUN_TAIL = ("--ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL,JAX_COORDINA
 def test_slurm_dry_run_runs_one_task_per_node_joined_at_the_first_node(nodelist, nodes,
                                                                          coordinator):
     env = clean_env(**{**SLURM, "SLURM_JOB_NODELIST": nodelist, "SLURM_NNODES": nodes})
-    result = launch("slurm_gpu.sbatch", "--dry-run", "--config=configs/gpu_8.py",
+    result = launch("slurm_gpu.sbatch", "--dry-run", "--config=configs/platform.py:gpu_8",
                     "--workdir=/shared/wd", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"srun --nodes={nodes} --ntasks={nodes} " + SRUN_TAIL.format(
@@ -190,7 +190,7 @@ def test_slurm_dry_run_runs_one_task_per_node_joined_at_the_first_node(nodelist,
 
 def test_slurm_port_python_and_missing_variables(tmp_path):
     env = clean_env(**SLURM, BERTJAX_PORT=3333, PYTHON="/venv/bin/python")
-    result = launch("slurm_gpu.sbatch", "--dry-run", "--config=configs/gpu_8.py",
+    result = launch("slurm_gpu.sbatch", "--dry-run", "--config=configs/platform.py:gpu_8",
                     "--workdir=/shared/wd", env=env)
     assert result.stdout == "srun --nodes=2 --ntasks=2 " + SRUN_TAIL.format(
         "gpu03:3333", 2, "/venv/bin/python")
@@ -225,9 +225,9 @@ def test_slurm_tasks_get_their_own_process_ids(tmp_path):
     env = clean_env(**SLURM, PYTHON=bin_dir / "python", SLURM_SUBMIT_DIR=REPO,
                     PATH=f"{bin_dir}:{os.environ['PATH']}")
     # Run from elsewhere, as SLURM does (from its spool directory).
-    result = launch("slurm_gpu.sbatch", "--config=configs/gpu_8.py", "--workdir=/shared/wd",
+    result = launch("slurm_gpu.sbatch", "--config=configs/platform.py:gpu_8", "--workdir=/shared/wd",
                     env=env, cwd=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        f"gpu03:20007 2 {i} -m bertjax.main --config=configs/gpu_8.py --workdir=/shared/wd"
+        f"gpu03:20007 2 {i} -m bertjax.main --config=configs/platform.py:gpu_8 --workdir=/shared/wd"
         for i in (0, 1)]

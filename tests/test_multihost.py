@@ -25,10 +25,11 @@ import time
 import numpy as np
 import pytest
 
+from bertjax import loading
 from bertjax.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.parallel import distributed
-from bertjax.train.metrics import read_metrics
+from bertjax.train.metrics_log import read_metrics
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,8 +48,8 @@ CHILD = textwrap.dedent("""
     hold_at = int(os.environ.get("HOLD_AFTER_CHECKPOINT", "0"))
     sigterm_at = int(os.environ.get("SIGTERM_AFTER_STEP", "0"))
     save = checkpoint.Checkpointer.save
-    def save_then_maybe_hold(self, step, state, data_state):
-        result = save(self, step, state, data_state)
+    def save_then_maybe_hold(self, step, state, data_state, **kwargs):
+        result = save(self, step, state, data_state, **kwargs)
         if step == hold_at:
             self.wait()
             marker = os.path.join(os.environ["MARKER_DIR"], "held-" + os.environ["JAX_PROCESS_ID"])
@@ -199,7 +200,7 @@ def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process
         assert a.keys() == b.keys()
         for key in a:
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (a["step"], key)
-    params, reference_params = (flat(params_dir.load_from_workdir(d).params)
+    params, reference_params = (flat(loading.load(d).params)
                                 for d in (workdir, reference_dir))
     assert params.keys() == reference_params.keys()
     for name in params:

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bertjax.train import step_metrics
+from bertjax.train.logging_hook import window_summary
 from bertjax.train.objectives import loss_from_sums, pretraining_loss, summarize
 
 B, P, V = 6, 5, 11
@@ -119,3 +121,24 @@ def test_sums_of_two_halves_equal_the_whole_batch():
     # Dividing each half by the whole batch's weights makes the half losses add up exactly.
     parts = [loss_from_sums(half, whole) for half in halves]
     assert float(parts[0] + parts[1]) == pytest.approx(float(loss), rel=1e-5)
+
+
+def test_a_logging_window_adds_sums_averages_the_rest_and_keeps_the_last_learning_rate():
+    steps = [{"mlm_loss_sum": 6.0, "mlm_correct": 1.0, "mlm_weight": 2.0, "loss": 3.0,
+              "grad_norm": 1.0, "learning_rate": 1e-4},
+             {"mlm_loss_sum": 2.0, "mlm_correct": 3.0, "mlm_weight": 6.0, "loss": 1.0 / 3,
+              "grad_norm": 3.0, "learning_rate": 2e-4}]
+    record = window_summary(steps, summarize)
+    assert record["mlm_loss"] == pytest.approx(8.0 / 8.0)  # not the mean of 3.0 and 1/3
+    assert record["mlm_accuracy"] == pytest.approx(4.0 / 8.0)
+    assert record["loss"] == pytest.approx(5.0 / 3) and record["grad_norm"] == 2.0
+    assert record["learning_rate"] == 2e-4
+    assert "mlm_loss_sum" not in record
+
+
+def test_sum_names_follow_the_contract():
+    sums = step_metrics.additive("nsp", loss_sum=1.0, count=2.0)
+    assert sums == {"nsp_loss_sum": 1.0, "nsp_count": 2.0}
+    assert all(step_metrics.kind_of(k) is step_metrics.Kind.SUM for k in sums)
+    with pytest.raises(ValueError, match="not a kind of sum"):
+        step_metrics.name("nsp", "total")

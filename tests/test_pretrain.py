@@ -13,60 +13,15 @@ import time
 import numpy as np
 import pytest
 
+from bertjax import loading
 from bertjax import main
 from bertjax.interop import params_dir
-from bertjax.train.metrics import read_metrics
+from bertjax.train.metrics_log import read_metrics
+from pretrain_runs import CHILD, child_env, run_child, tiny_args
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
-
-
-def tiny_args(workdir, corpus_dir, **overrides):
-    """A 12-step run: 32 tokens for steps 1-8, 64 tokens for steps 9-12."""
-    settings = {
-        "data.prepared": corpus_dir, "data.workers": 0, "train.steps": 12, "train.batch_size": 8,
-        "schedule.short_seq_len": 32, "schedule.short_max_predictions": 5,
-        "schedule.long_seq_len": 64, "schedule.long_max_predictions": 10,
-        "schedule.long_fraction": 0.34, "train.log_every": 1, "train.checkpoint_every": 5,
-        "train.eval_every": 6, "train.eval_batches": 2, "optimizer.warmup_steps": 3,
-    }
-    settings.update(overrides)
-    return ["bertjax.main", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}"] + [
-        f"--config.{k}={v}" for k, v in settings.items()]
-
-
-# Runs the job in a child process; with KILL_AFTER_CHECKPOINT=N it SIGKILLs itself as soon as the
-# checkpoint of step N is on disk, a crash at an exactly known point.
-CHILD = textwrap.dedent("""
-    import os, signal, sys
-    from bertjax.train import checkpoint
-    kill_at = int(os.environ.get("KILL_AFTER_CHECKPOINT", "0"))
-    save = checkpoint.Checkpointer.save
-    def save_then_maybe_die(self, step, state, data_state):
-        result = save(self, step, state, data_state)
-        if step == kill_at:
-            self.wait()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-    checkpoint.Checkpointer.save = save_then_maybe_die
-    from bertjax import main
-    sys.exit(main.main(sys.argv[1:]))
-""")
-
-
-def child_env(**extra):
-    env = dict(os.environ)
-    # One CPU device (a plain single-device run); the least backend optimization, since
-    # compiling, not running, dominates these tiny runs.
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
-    env.update({k: str(v) for k, v in extra.items()})
-    return env
-
-
-def run_child(args, **env):
-    return subprocess.run([sys.executable, "-c", CHILD, *args], env=child_env(**env), cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
 
 
 def logged(workdir):
@@ -96,8 +51,8 @@ def test_a_run_writes_metrics_checkpoints_and_curves(finished_run):
     assert max(int(s) for s in os.listdir(os.path.join(finished_run, "checkpoints"))) == 12
     assert os.path.getsize(os.path.join(finished_run, "curves.png")) > 10_000
     assert os.listdir(os.path.join(finished_run, "tensorboard"))
-    bundle = params_dir.load_from_workdir(finished_run)
-    assert bundle.model.hidden_size == 128 and bundle.heads["nsp"]
+    bundle = loading.load(finished_run)
+    assert bundle.encoder.hidden_size == 128 and bundle.heads["nsp"]
 
 
 def test_running_a_finished_run_again_does_nothing(finished_run, capsys):
@@ -125,8 +80,8 @@ def test_exact_resume_after_sigkill_across_the_length_switch(tmp_path, small_cor
     assert "resuming from step 10" in result.stderr
 
     assert logged(resumed) == logged(straight)
-    a = params_dir.load_from_workdir(straight).params
-    b = params_dir.load_from_workdir(resumed).params
+    a = loading.load(straight).params
+    b = loading.load(resumed).params
     flat_a, flat_b = flat(a), flat(b)
     assert flat_a.keys() == flat_b.keys()
     for name in flat_a:

@@ -1,10 +1,9 @@
 """Parameter trees as {"encoder/pooler/kernel": array} for comparing them leaf by leaf."""
 
 import numpy as np
+from flax import traverse_util
 
 
-def flat(tree, prefix: str = "") -> dict[str, np.ndarray]:
-    if isinstance(tree, dict):
-        return {name: leaf for key, sub in tree.items()
-                for name, leaf in flat(sub, f"{prefix}{key}/").items()}
-    return {prefix.rstrip("/"): np.asarray(tree)}
+def flat(tree) -> dict[str, np.ndarray]:
+    return {name: np.asarray(leaf)
+            for name, leaf in traverse_util.flatten_dict(tree, sep="/").items()}

@@ -7,11 +7,20 @@ Saves are asynchronous (the next steps run while the arrays are written); Orbax 
 into a temporary directory and renames it when complete, so a killed run never leaves a checkpoint
 that looks whole. Restoring takes the abstract state (shapes, dtypes, shardings), so arrays come
 back already sharded for the current mesh.
+
+Nothing good is ever lost: a state with a NaN or an infinity is never saved; retention counts only
+checkpoints whose parameters have since produced a finite loss (so finite-but-exploded parameters
+saved just before a divergence cannot push the last good checkpoint out), and a divergence sets the
+checkpoints it condemns aside as `<step>.diverged`; a checkpoint that no longer reads is renamed
+`<step>.unreadable` and the previous one is used; a failed write (full disk) is one line that names
+the free space while the earlier checkpoints stay as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 from typing import Any
 
 import jax
@@ -19,6 +28,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bertjax.errors import UserError
+from bertjax.train import checkpoint_faults as faults
+from bertjax.train.checkpoint_faults import CheckpointWriteError  # noqa: F401 (re-exported)
+from bertjax.train.metrics_log import NonFiniteLossError
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -31,38 +43,110 @@ def latest_step(workdir: str) -> int | None:
     """The newest complete checkpoint's step in a workdir, without creating anything."""
     if not os.path.isdir(checkpoint_dir(workdir)):
         return None
-    checkpointer = Checkpointer(workdir, read_only=True)
     try:
-        return checkpointer.latest_step()
-    finally:
-        checkpointer.close()
+        checkpointer = Checkpointer(workdir, read_only=True)
+        try:
+            return checkpointer.latest_step()
+        finally:
+            checkpointer.close()
+    except UserError:
+        raise
+    except Exception as e:  # a damaged directory is reported, not a traceback
+        raise UserError(f"cannot list the checkpoints in {checkpoint_dir(workdir)}: "
+                        f"{faults.short_reason(e)}") from None
+
+
+class _Unreadable(Exception):
+    """A checkpoint that is damaged on disk (as opposed to one of another model)."""
 
 
 class Checkpointer:
-    def __init__(self, workdir: str, *, keep: int = 3, async_save: bool = True,
+    def __init__(self, workdir: str, *, keep: int | None = 3, async_save: bool = True,
                  read_only: bool = False):
-        options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, enable_async_checkpointing=async_save, create=not read_only,
-            read_only=read_only)
+        if keep is not None and keep < 0:
+            raise UserError(f"keep={keep}: the number of checkpoints to keep cannot be negative "
+                            "(0 keeps them all)")
+        faults.quiet_orbax_errors()
         self.directory = checkpoint_dir(workdir)
+        self.read_only = read_only
+        self._keep = keep or None  # 0 and None keep them all
+        # Steps below this have produced a finite loss from their parameters (see save()).
+        self._proven_below = 0
+        # Retention is ours, not Orbax's max_to_keep: Orbax would count unproven checkpoints too.
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=None, enable_async_checkpointing=async_save,
+            create=not read_only, read_only=read_only)
         # Handlers named up front, so a fresh process can read a checkpoint's metadata before
         # it has saved anything itself.
         handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}
-        self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers,
-                                              options=options)
+        self._saving_step: int | None = None  # the step whose write may still be in flight
+        self._failure: CheckpointWriteError | None = None
+        self._skipped: set[int] = set()  # unreadable steps a read-only checkpointer passes over
+        try:
+            self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers,
+                                                  options=options)
+        except OSError as e:
+            raise UserError(f"cannot open the checkpoints in {self.directory}: "
+                            f"{faults.short_reason(e)}") from None
 
     def latest_step(self) -> int | None:
-        return self._manager.latest_step()
+        steps = self.all_steps()
+        return max(steps) if steps else None
 
     def all_steps(self) -> list[int]:
-        return list(self._manager.all_steps())
+        return [s for s in self._manager.all_steps() if s not in self._skipped]
 
-    def save(self, step: int, state: Any, data_state: dict) -> bool:
-        """Starts an asynchronous save; returns False when the step was saved already."""
+    def save(self, step: int, state: Any, data_state: dict, *, metrics: dict | None = None
+             ) -> bool:
+        """Starts an asynchronous save; returns False when the step was saved already.
+
+        Raises NonFiniteLossError, writing nothing, when a floating-point leaf of `state` or
+        `metrics["loss"]` is NaN or infinite; CheckpointWriteError when this or the previous
+        save cannot be written.
+
+        `metrics["loss"]` (the loss of `step`, computed from the parameters after step-1 updates)
+        proves every earlier checkpoint good; only proven checkpoints count towards `keep`, so at
+        most keep+1 are on disk and the newest proven one is never deleted.
+        """
+        if self._failure is not None:
+            raise self._failure
+        loss = (metrics or {}).get("loss")
+        self._refuse_non_finite(step, state, loss)
+        with self._write_errors():
+            self._manager.wait_until_finished()  # a failure of the previous save surfaces here
+        if loss is not None:
+            self._proven_below = max(self._proven_below, step)
         if step in self._manager.all_steps():
             return False
-        return self._manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)), force=True)
+        self._saving_step = step
+        with self._write_errors():
+            started = self._manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)),
+                force=True)
+        self._apply_retention()
+        return started
+
+    def _apply_retention(self) -> None:
+        if self._keep is None:
+            return
+        proven = sorted(s for s in self.all_steps() if s < self._proven_below)
+        for step in proven[:-self._keep]:
+            self._manager.delete(step)
+
+    def set_aside_diverged(self, first_bad: int | None) -> str:
+        """Renames checkpoints from step `first_bad` on to `<step>.diverged` (their parameters led to
+        a non-finite loss: resuming from them would diverge at once); says what is left."""
+        self.wait()
+        condemned = [s for s in self.all_steps() if first_bad is not None and s >= first_bad]
+        for step in condemned:
+            self._move_aside(step, "diverged", faults.DIVERGED_SUFFIX)
+        newest = self.latest_step()
+        moved = (f"checkpoint{'s' if len(condemned) > 1 else ''} "
+                 f"{', '.join(map(str, condemned))} set aside as <step>{faults.DIVERGED_SUFFIX}; "
+                 if condemned else "")
+        kept = (f"the newest good checkpoint is step {newest}" if newest is not None
+                else "no good checkpoint has been saved")
+        return moved + kept
 
     def delete(self, step: int) -> None:
         """Removes a saved step (fine-tuning keeps only its best and its latest checkpoint)."""
@@ -70,23 +154,141 @@ class Checkpointer:
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """The state at `step`, laid out as `abstract_state` says (ShapeDtypeStructs with shardings)."""
-        check_compatible(self._manager.item_metadata(step)["state"], abstract_state, self.directory)
-        restored = self._manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
-        return restored["state"], dict(restored["data"] or {})
+        try:
+            return self._restore_checked(step, abstract_state)
+        except _Unreadable as e:
+            raise UserError(f"checkpoint {step} in {self.directory} is unreadable ({e})") from None
+
+    def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
+        """(step, state, data state) of the newest checkpoint that reads, or None if there is none.
+
+        Unreadable checkpoints are renamed `<step>.unreadable` (never deleted) and the next older
+        one is tried; a checkpoint of another model raises UserError and nothing is moved.
+        """
+        failures: list[tuple[int, str]] = []
+        for step in sorted(self.all_steps(), reverse=True):
+            reason = None
+            try:
+                state, data = self._restore_checked(step, abstract_state)
+            except _Unreadable as e:
+                reason = str(e)
+            reason = _agreed_failure(reason)
+            if reason is None:
+                self._report_fallbacks(failures, step)
+                return step, state, data
+            failures.append((step, reason))
+            self._move_aside(step, f"unreadable ({reason})")
+        if failures:
+            listed = "; ".join(f"checkpoint {s}: {r}" for s, r in failures)
+            raise UserError(f"no checkpoint in {self.directory} restores: {listed}")
+        return None
 
     def wait(self) -> None:
-        self._manager.wait_until_finished()
+        if self._failure is None:
+            with self._write_errors():
+                self._manager.wait_until_finished()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        if self._failure is not None:
+            # Already reported; Orbax re-raises the same failure from every later wait.
+            with contextlib.suppress(Exception):
+                self._manager.close()
+            return
+        with self._write_errors():
+            self._manager.close()
 
     def __enter__(self) -> "Checkpointer":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _refuse_non_finite(self, step: int, state: Any, loss: Any) -> None:
+        bad = faults.non_finite_flags(state, loss)
+        if not bad:
+            return
+        self.wait()  # so the checkpoint named below is really on disk
+        what = "the loss became" if bad & 2 else "parameters became"
+        raise NonFiniteLossError(f"{what} non-finite by step {step}", step - 1 if bad & 2 else step)
+
+    @contextlib.contextmanager
+    def _write_errors(self):
+        try:
+            yield
+        except Exception as e:
+            reason = faults.write_failure_reason(e)
+            if reason is None or self._saving_step is None:
+                raise
+            step = self._saving_step
+            if jax.process_index() == 0:
+                faults.remove_partial_save(self.directory, step)
+            with contextlib.suppress(Exception):
+                self._manager.reload()  # forget the step that never made it to disk
+            self._failure = CheckpointWriteError(
+                faults.describe_write_failure(step, self.directory, reason))
+            raise self._failure from None
+
+    def _restore_checked(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
+        """Restores `step`; raises _Unreadable for damage and UserError for another model."""
+        try:
+            saved = self._manager.item_metadata(step)["state"]
+        except KeyError:
+            raise _Unreadable("its state item is missing") from None
+        except Exception as e:
+            raise _Unreadable(f"metadata: {faults.short_reason(e)}") from None
+        if saved is None:
+            raise _Unreadable("metadata: state/_METADATA is missing")
+        check_compatible(saved, abstract_state, self.directory)
+        try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+        except (UserError, MemoryError):
+            raise
+        except Exception as e:
+            if "RESOURCE_EXHAUSTED: Out of memory" in str(e):  # the device's fault, not the file's
+                raise
+            raise _Unreadable(faults.short_reason(e)) from None
+        return restored["state"], dict(restored["data"] or {})
+
+    def _move_aside(self, step: int, reason: str, suffix: str = faults.UNREADABLE_SUFFIX) -> None:
+        if self.read_only:
+            self._skipped.add(step)
+            return
+        if jax.process_index() == 0:
+            try:
+                faults.set_aside(self.directory, step, suffix)
+            except OSError as e:
+                raise UserError(f"checkpoint {step} in {self.directory} is {reason} "
+                                f"and cannot be renamed aside: {e.strerror}") from None
+        _sync_processes(f"bertjax_checkpoint_set_aside_{step}")
+        self._manager.reload()
+
+    def _report_fallbacks(self, failures: list[tuple[int, str]], step: int) -> None:
+        if jax.process_index() != 0:
+            return
+        verb = "using" if self.read_only else "resuming from"
+        for bad, reason in failures:
+            print(f"checkpoint {bad} is unreadable ({reason}); {verb} {step}", file=sys.stderr,
+                  flush=True)
+
+
+def _agreed_failure(reason: str | None) -> str | None:
+    """Every process must fall back together: one failed read makes the step unreadable for all."""
+    if jax.process_count() == 1:
+        return reason
+    from jax.experimental import multihost_utils
+
+    failed = multihost_utils.process_allgather(np.int32(reason is not None))
+    if reason is None and np.any(failed):
+        return "unreadable on another process"
+    return reason
+
+
+def _sync_processes(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
 
 
 def check_compatible(saved_metadata: Any, abstract_state: Any, where: str) -> None:

@@ -195,7 +195,7 @@ def test_uneven_batch_layouts_are_refused():
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# config module: (devices, processes, accelerator?) of the platform it is written for.
+# configs/platform.py preset: (devices, processes, accelerator?) of the platform it is for.
 PLATFORMS = {"cpu": (1, 1, False), "tpu_v4_8": (4, 1, True), "tpu_v5e_8": (8, 1, True),
              "tpu_v4_32": (16, 4, True), "gpu_8": (8, 1, True)}
 
@@ -203,7 +203,7 @@ PLATFORMS = {"cpu": (1, 1, False), "tpu_v4_8": (4, 1, True), "tpu_v5e_8": (8, 1,
 @pytest.mark.parametrize("name", PLATFORMS)
 def test_platform_presets_fit_their_platform(name):
     devices, processes, accelerator = PLATFORMS[name]
-    config = importlib.import_module(f"configs.{name}").get_config()
+    config = importlib.import_module("configs.platform").get_config(name)
     data, fsdp, tensor = resolve_axis_sizes(
         (config.mesh.data, config.mesh.fsdp, config.mesh.tensor), devices)
     batch = config.train.batch_size

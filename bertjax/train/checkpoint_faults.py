@@ -1,0 +1,169 @@
+"""What goes wrong with checkpoints on disk, said in one line: failed writes and unreadable steps.
+
+Orbax reports a failed background write (a full disk, a revoked permission) from whichever later
+call waits for it, as an OSError or as a TensorStore `ValueError("RESOURCE_EXHAUSTED: ...
+[os_error_code='28']")`, and logs it with tracebacks on the way. These helpers turn such errors into
+short reasons, keep Orbax's own error logging off stderr (every failure reaches the caller as an
+exception, which is reported once), and set unreadable checkpoints aside without deleting them.
+They also tell a state that must not be saved at all: one with a NaN or an infinity.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import shutil
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.errors import UserError
+
+UNREADABLE_SUFFIX = ".unreadable"
+DIVERGED_SUFFIX = ".diverged"
+_ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
+_TENSORSTORE_WRITE_CODES = ("RESOURCE_EXHAUSTED", "PERMISSION_DENIED", "UNAVAILABLE",
+                            "DATA_LOSS", "ABORTED")
+_ORBAX_DIR = os.sep + "orbax" + os.sep
+
+
+class CheckpointWriteError(UserError):
+    """A checkpoint could not be written (full disk, no permission); earlier ones are intact."""
+
+
+def write_failure_reason(error: BaseException) -> str | None:
+    """The OS-level reason when `error` (or what caused it) is a failed write, else None."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno:
+            return os.strerror(seen.errno)
+        text = str(seen)
+        code = re.search(r"os_error_code='?(\d+)", text)
+        if code:
+            return os.strerror(int(code.group(1)))
+        if text.startswith(_TENSORSTORE_WRITE_CODES):
+            return short_reason(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def short_reason(error: BaseException, limit: int = 160) -> str:
+    """An error's first line without TensorStore's spec dumps, short enough for one stderr line."""
+    if str(error).startswith("Encountered error while reading array"):
+        error = error.__cause__ or error.__context__ or error  # Orbax's wrapper says nothing
+    if isinstance(error, OSError) and error.strerror:
+        text = f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    elif isinstance(error, KeyError) and error.args:
+        text = str(error.args[0])
+    else:
+        text = str(error) or type(error).__name__
+    text = text.split(" See full TensorStore details")[0].strip().splitlines()[0]
+    text = re.sub(r' in OCDBT database at local file "[^"]*"', "", text)
+    if isinstance(error, ValueError) and type(error) is not ValueError:
+        text = f"{type(error).__name__}: {text}"  # e.g. JSONDecodeError says more than its text
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def describe_write_failure(step: int, directory: str, reason: str) -> str:
+    return (f"cannot write checkpoint {step} to {directory}: {reason} "
+            f"({_size(_free_bytes(directory))} free)")
+
+
+def remove_partial_save(directory: str, step: int) -> None:
+    """Deletes the temporary directory a failed save of `step` left (never a finished step)."""
+    for path in glob.glob(os.path.join(glob.escape(directory), f"{step}{_ORBAX_TMP_SUFFIX}*")):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def set_aside(directory: str, step: int, suffix: str = UNREADABLE_SUFFIX) -> str:
+    """Renames checkpoint `step` to `<step><suffix>[-k]`: Orbax no longer lists it, a new save of
+    that step is not blocked, and whatever is in it can still be inspected or recovered."""
+    source = os.path.join(directory, str(step))
+    target = source + suffix
+    attempt = 1
+    while os.path.exists(target):
+        attempt += 1
+        target = f"{source}{suffix}-{attempt}"
+    os.rename(source, target)
+    return target
+
+
+def non_finite_flags(state: Any, loss: Any) -> int:
+    """Bit 1: a floating-point state leaf is not finite; bit 2: the loss is not. One host fetch."""
+    floats = [leaf for leaf in jax.tree.leaves(state)
+              if jnp.issubdtype(leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf),
+                                jnp.inexact)]
+    flags = _finiteness(floats, jnp.float32(0) if loss is None else loss)
+    return int(np.asarray(flags.addressable_shards[0].data))
+
+
+@jax.jit
+def _finiteness(floats: list, loss: Any) -> jax.Array:
+    state_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in floats])) if floats else True
+    return (jnp.where(state_ok, 0, 1) + jnp.where(jnp.all(jnp.isfinite(loss)), 0, 2)).astype(
+        jnp.int32)
+
+
+class _DropOrbaxErrors(logging.Filter):
+    """Orbax logs each failure with its traceback before re-raising it to us; the re-raised
+    exception is what gets reported, so the log copy is noise on stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and _ORBAX_DIR in record.pathname)
+
+
+_installed = False
+
+
+def quiet_orbax_errors() -> None:
+    """Installs (once) the log filter and an unraisable-exception hook for Orbax's leftovers."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    logging.getLogger("absl").addFilter(_DropOrbaxErrors())
+    previous = sys.unraisablehook
+
+    # A failed restore leaves Orbax's other reads behind: un-awaited coroutines ("Exception
+    # ignored in: <coroutine ...>") and TensorStore completions that call back into the
+    # restore's event loop after it closed ("Event loop is closed"), each printed with a traceback.
+    def hook(unraisable):
+        late_callback = (isinstance(unraisable.exc_value, RuntimeError)
+                         and str(unraisable.exc_value) == "Event loop is closed")
+        if not (late_callback or _raised_in_orbax(unraisable.exc_traceback)):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
+def _raised_in_orbax(traceback) -> bool:
+    while traceback is not None:
+        if _ORBAX_DIR in traceback.tb_frame.f_code.co_filename:
+            return True
+        traceback = traceback.tb_next
+    return False
+
+
+def _free_bytes(directory: str) -> int | None:
+    path = directory
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        return shutil.disk_usage(path or "/").free
+    except OSError:
+        return None
+
+
+def _size(count: int | None) -> str:
+    if count is None:
+        return "unknown space"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if count < 1024 or unit == "GiB":
+            break
+        count /= 1024
+    return f"{count} B" if unit == "B" else f"{count:.1f} {unit}"
