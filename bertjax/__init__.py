@@ -1,3 +1,14 @@
-"""bertjax: pretraining and fine-tuning BERT-style encoders with JAX and Flax."""
+"""bertjax: pretraining and fine-tuning BERT-style encoders with JAX and Flax.
+
+    import bertjax
+    model = bertjax.load(PATH)    # see bertjax.api
+"""
 
 __version__ = "0.1.0"
+
+
+def load(path: str, **options):
+    """A trained encoder ready to use (`bertjax.api.Model`); see `bertjax.api.load`."""
+    from bertjax.api import load as _load  # deferred: `import bertjax` stays cheap (no JAX)
+
+    return _load(path, **options)

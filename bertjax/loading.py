@@ -197,13 +197,14 @@ def _load_hugging_face(path: str, *, with_params: bool) -> Loaded:
     hf_models.check_architecture(hf_config)
     encoder = hf_bert_config.encoder_config_from_hf(hf_config, scan_layers=True)
     tokenizer, _ = hf_files.read_tokenizer(path)
-    params = None
+    params, initialized = None, []
     if with_params:
         imported = hf_models.from_hf(hf_config, hf_files.read_state_dict(path))
-        encoder, params = imported.model, imported.params
+        encoder, params, initialized = imported.model, imported.params, imported.initialized
         if tokenizer is not None and tokenizer.vocab_size > encoder.vocab_size:
             raise UserError(f"{path}/{hf_files.VOCAB} has {tokenizer.vocab_size} tokens but the "
                             f"model embeds only {encoder.vocab_size}")
     heads = {"nsp": True, "sbo": False}
     return Loaded(os.path.abspath(path), HUGGING_FACE, encoder, heads,
-                  {"hf_config": hf_config}, None, params=params, _tokenizer=tokenizer)
+                  {"hf_config": hf_config, "initialized": initialized}, None, params=params,
+                  _tokenizer=tokenizer)

@@ -61,7 +61,7 @@ def _pad(rows: Sequence[Sequence[int]], length: int, dtype=np.int32) -> np.ndarr
     return out
 
 
-def _assemble(tokenizer: Tokenizer, first: np.ndarray, second: np.ndarray | None
+def assemble(tokenizer: Tokenizer, first: np.ndarray, second: np.ndarray | None
               ) -> tuple[list[int], list[int]]:
     s = tokenizer.special
     ids = [s.cls, *first.tolist(), s.sep]
@@ -72,7 +72,7 @@ def _assemble(tokenizer: Tokenizer, first: np.ndarray, second: np.ndarray | None
     return ids, segments
 
 
-def _truncate_pair(a: np.ndarray, b: np.ndarray | None, budget: int
+def truncate_pair(a: np.ndarray, b: np.ndarray | None, budget: int
                    ) -> tuple[np.ndarray, np.ndarray | None, bool]:
     """BERT's _truncate_seq_pair: drop the last token of the longer side until both fit."""
     if b is None:
@@ -95,9 +95,9 @@ def encode_sentences(tokenizer: Tokenizer, examples: Sequence[TextExample], max_
     budget = max_seq_len - (3 if paired else 2)
     ids, segments, counts = [], [], collections.Counter()
     for i, first in enumerate(firsts):
-        a, b, cut = _truncate_pair(first, seconds[i] if paired else None, budget)
+        a, b, cut = truncate_pair(first, seconds[i] if paired else None, budget)
         counts["example(s) truncated to max_seq_len"] += cut
-        row_ids, row_segments = _assemble(tokenizer, a, b)
+        row_ids, row_segments = assemble(tokenizer, a, b)
         ids.append(row_ids)
         segments.append(row_segments)
     arrays = {"input_ids": _pad(ids, max_seq_len), "segment_ids": _pad(segments, max_seq_len),

@@ -84,17 +84,29 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
     cls = task_class(s.task)
     trained, step = _source_run(workdir, s.task)
     task_settings = trained_settings(s.task_settings, trained.record)
-    task = cls(task_settings, list(task_settings.labels))
     output = _output_path(s, workdir, qa=cls.kind == "qa")
     source = s.data.source(s.data.predict, labeled=False, regression=cls.regression)
     examples = [_unlabeled(e) for e in readers.read(source, cls.kind)]
-    features = task.featurize(trained.tokenizer(), examples, s.data.predict, training=False)
-    readers.report_counts(s.data.predict, features.counts)
-
     loaded = loading.load(trained.path, step)
+    predictions = predict_examples(loaded, task_settings, examples, s.data.predict,
+                                   s.mesh.make(), s.train.eval_batch_size)
+    if jax.process_index() == 0:
+        write_text(output, _serialized(predictions))
+        print(f"wrote {len(examples)} predictions to {output} (checkpoint step "
+              f"{loaded.step} of {loaded.path})", file=sys.stderr)
+    return {"predictions": output, "count": len(examples), "step": loaded.step}
+
+
+def predict_examples(loaded: loading.Loaded, task_settings: TaskSettings, examples: list,
+                     where: str, mesh, batch_size: int, *, report: bool = True):
+    """A fine-tuned model's predictions for `examples` (the task's own format: a list, or for QA
+    a dict of answers), with the task settings it was trained with. Shared by predict mode and
+    `bertjax.load(...).predict`."""
+    task = task_class(loaded.record["task"])(task_settings, list(task_settings.labels))
+    features = task.featurize(loaded.tokenizer(), examples, where, training=False)
+    if report:
+        readers.report_counts(where, features.counts)
     model = task.model(loaded.require_encoder(), False)
-    mesh = s.mesh.make()
-    batch_size = s.train.eval_batch_size
     shapes = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype)
               for k, v in features.arrays.items()}
     _, shardings = abstract_train_state(model, optax.identity(), shapes, mesh)
@@ -103,12 +115,7 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
     local = slice(index * batch_size // count, (index + 1) * batch_size // count)
     evaluator = evaluation.Evaluator(task, make_predict_step(model, mesh, shardings), mesh,
                                      features, examples, batch_size, local)
-    predictions = task.predict(examples, features, evaluator.outputs(params))
-    if jax.process_index() == 0:
-        write_text(output, _serialized(predictions))
-        print(f"wrote {len(examples)} predictions to {output} (checkpoint step "
-              f"{loaded.step} of {loaded.path})", file=sys.stderr)
-    return {"predictions": output, "count": len(examples), "step": loaded.step}
+    return task.predict(examples, features, evaluator.outputs(params))
 
 
 def _serialized(predictions) -> str:

@@ -39,6 +39,9 @@ _REMAT_POLICIES = {
 class EncoderOutput:
     sequence: Array  # [B, L, H] in the compute dtype
     pooled: Array  # [B, H]: tanh(dense(sequence[:, 0]))
+    # With Encoder(all_layers=True): [num_layers + 1, B, L, H], the embeddings' output first and
+    # `sequence` last (Hugging Face's `hidden_states`, stacked); None otherwise.
+    layers: Array | None = None
 
 
 def kernel_init(config: EncoderConfig, names: tuple) -> Callable:
@@ -196,9 +199,11 @@ class SelfAttention(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    """One post-LN BERT layer. Returns (hidden, None) so `nn.scan` can use it as its body."""
+    """One post-LN BERT layer. Returns (hidden, None) so `nn.scan` can use it as its body, or
+    (hidden, hidden) with `emit`, which makes scan stack every layer's output."""
 
     config: EncoderConfig
+    emit: bool = False
 
     @nn.compact
     def __call__(self, x: Array, mask: Array, deterministic: bool) -> tuple[Array, None]:
@@ -214,7 +219,8 @@ class TransformerLayer(nn.Module):
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)
         h = nn.Dropout(cfg.hidden_dropout)(h, deterministic=deterministic)
         x = layer_norm(cfg, "output_norm")(x.astype(f32) + h.astype(f32))
-        return nn.with_logical_constraint(x.astype(cfg.dtype), HIDDEN_AXES), None
+        x = nn.with_logical_constraint(x.astype(cfg.dtype), HIDDEN_AXES)
+        return x, (x if self.emit else None)
 
 
 def layer_class(config: EncoderConfig) -> type[nn.Module]:
@@ -237,33 +243,40 @@ class Encoder(nn.Module):
     """BERT's encoder (Hugging Face `BertModel`), usable alone or inside task heads.
 
     Parameters: `embeddings`, then `layers` (scan: stacked on a leading "layers" axis) or
-    `layer_0` .. `layer_{L-1}` (loop), then `pooler`.
+    `layer_0` .. `layer_{L-1}` (loop), then `pooler`. `all_layers` changes no parameter, only
+    what is returned (EncoderOutput.layers); training leaves it off, so nothing extra is kept.
     """
 
     config: EncoderConfig
+    all_layers: bool = False
 
     def setup(self):
         cfg = self.config
         self.embeddings = Embeddings(cfg)
         cls = layer_class(cfg)
         if cfg.scan_layers:
-            self.layers = cls(cfg)
+            self.layers = cls(cfg, emit=self.all_layers)
         else:
             for i in range(cfg.num_layers):
-                setattr(self, f"layer_{i}", cls(cfg))
+                setattr(self, f"layer_{i}", cls(cfg, emit=self.all_layers))
         self.pooler = dense(cfg, cfg.hidden_size, ("embed", None), "pooler")
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, *,
                  deterministic: bool = True) -> EncoderOutput:
         x = self.embeddings(input_ids, segment_ids, deterministic)
         mask = input_mask.astype(bool)[:, None, None, :]
+        embedded = x
         if self.config.scan_layers:
-            x, _ = self.layers(x, mask, deterministic)
+            x, stacked = self.layers(x, mask, deterministic)
         else:
+            outputs = []
             for i in range(self.config.num_layers):
-                x, _ = getattr(self, f"layer_{i}")(x, mask, deterministic)
+                x, emitted = getattr(self, f"layer_{i}")(x, mask, deterministic)
+                outputs.append(emitted)
+            stacked = jnp.stack(outputs) if self.all_layers else None
         pooled = jnp.tanh(self.pooler(x[:, 0]))
-        return EncoderOutput(sequence=x, pooled=pooled)
+        layers = jnp.concatenate([embedded[None], stacked]) if self.all_layers else None
+        return EncoderOutput(sequence=x, pooled=pooled, layers=layers)
 
     def attend(self, x: Array) -> Array:
         """The output projection tied to the word embeddings: x [..., H] -> fp32 [..., V]."""
