@@ -90,6 +90,30 @@ def test_only_the_encoder_is_loaded_and_the_top_layers_can_start_fresh(pretraine
         load_encoder(directory, state.params, shardings.params, 4, 3)
 
 
+def test_a_pooler_never_trained_starts_fresh_for_the_task_head(pretrained_export, capsys):
+    """RoBERTa / SpanBERT pretraining has no NSP, so nothing trained the pooler: the classifier
+    gets a fresh one (RoBERTa's choice), and says so."""
+    assert warm_start.pooler_was_trained({"nsp": True, "sbo": False})
+    assert not warm_start.pooler_was_trained({"nsp": False, "sbo": True})
+    assert not warm_start.pooler_was_trained({"nsp": True, "pooler_trained": False})
+    assert not warm_start.pooler_was_trained({"nsp": True},
+                                             ["the pooler (bert.pooler)"])  # an import without
+    directory, source = pretrained_export
+    mesh = make_mesh()
+    config = EncoderConfig(**{**SMALL, "scan_layers": True})
+    model = SequenceClassifier(config, 2)
+    optimizer = make_optimizer(OptimizerConfig(total_steps=10, warmup_steps=1))
+    state, shardings = create_train_state(model, optimizer, batch_shapes(mesh), mesh, seed=1)
+    fresh = flat(jax.device_get(state.params))
+    loaded = flat(jax.device_get(warm_start.load_encoder(
+        directory, loading.load(directory).params, state.params, shardings.params, 0,
+        config.num_layers, trained_pooler=False)))
+    np.testing.assert_array_equal(loaded["encoder/pooler/kernel"], fresh["encoder/pooler/kernel"])
+    np.testing.assert_array_equal(loaded["encoder/layers/output/kernel"][1],
+                                  source["encoder"]["layer_1"]["output"]["kernel"])
+    assert "pooler of" in capsys.readouterr().err
+
+
 def test_reinitializing_per_layer_parameters(pretrained_export):
     directory, source = pretrained_export
     mesh = make_mesh()

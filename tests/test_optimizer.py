@@ -104,9 +104,18 @@ def test_adamw_without_bias_correction_matches_bert_numpy_reference():
                            rtol=1e-3)
 
 
+def lamb_of_the_paper(learning_rate, b1, b2, eps, weight_decay, mask):
+    """optax.lamb with the trust ratio masked like weight decay (You et al.: no layer adaptation
+    for biases and LayerNorm parameters); optax.lamb adapts every parameter."""
+    return optax.chain(optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+                       optax.add_decayed_weights(weight_decay, mask),
+                       optax.masked(optax.scale_by_trust_ratio(), mask),
+                       optax.scale_by_learning_rate(learning_rate))
+
+
 @pytest.mark.parametrize("name, bias_correction, reference", [
     ("adamw", True, optax.adamw),
-    ("lamb", False, optax.lamb),  # LAMB always bias-corrects
+    ("lamb", False, lamb_of_the_paper),  # LAMB always bias-corrects
 ])
 def test_bias_corrected_equals_optax(name, bias_correction, reference):
     config = OptimizerConfig(name=name, learning_rate=1e-2, warmup_steps=2, total_steps=10,
@@ -115,6 +124,38 @@ def test_bias_corrected_equals_optax(name, bias_correction, reference):
     want = _run(reference(make_schedule(config), b1=config.b1, b2=config.b2, eps=config.eps,
                           weight_decay=config.weight_decay, mask=decay_mask), steps=4)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7), got, want)
+
+
+def test_lamb_leaves_biases_and_layer_norms_out_of_layer_adaptation():
+    config = OptimizerConfig(name="lamb", learning_rate=1e-2, warmup_steps=0, total_steps=10,
+                             weight_decay=0.0, clip_norm=0.0)
+    got = _run(make_optimizer(config), steps=1)
+    adam = _run(optax.chain(optax.scale_by_adam(b1=config.b1, b2=config.b2, eps=config.eps),
+                            optax.scale_by_learning_rate(1e-2)), steps=1)
+    everything = _run(optax.lamb(1e-2, b1=config.b1, b2=config.b2, eps=config.eps,
+                                 weight_decay=0.0), steps=1)
+    bias, kernel = ("layer", "mlp", "bias"), ("layer", "mlp", "kernel")
+
+    def at(tree, path):
+        for key in path:
+            tree = tree[key]
+        return np.asarray(tree)
+
+    np.testing.assert_allclose(at(got, bias), at(adam, bias), rtol=1e-6)  # no trust ratio
+    assert not np.allclose(at(everything, bias), at(adam, bias), rtol=1e-3)  # optax.lamb's
+    np.testing.assert_allclose(at(got, kernel), at(everything, kernel), rtol=1e-6)
+    assert not np.allclose(at(got, kernel), at(adam, kernel), rtol=1e-3)
+
+
+def test_an_untrained_subtree_gets_no_weight_decay():
+    config = OptimizerConfig(name="adamw", learning_rate=1e-2, warmup_steps=0, total_steps=10,
+                             weight_decay=0.5)
+    zeros = lambda step: jax.tree.map(np.zeros_like, _params())  # noqa: E731
+    got = _run(make_optimizer(config, untrained=("layer/mlp",)), steps=3, grads_fn=zeros)
+    start = _params()
+    np.testing.assert_array_equal(got["layer"]["mlp"]["kernel"], start["layer"]["mlp"]["kernel"])
+    assert np.all(np.abs(got["embeddings"]["word"]["embedding"])
+                  < np.abs(start["embeddings"]["word"]["embedding"]))
 
 
 def test_decay_mask_selects_kernels_and_embeddings():

@@ -78,9 +78,11 @@ class FinetuneRun:
         warm = None
         if start.source is not None and start.source.params is not None:
             def warm(params, shardings):
-                return warm_start.load_encoder(s.init_checkpoint, start.source.params, params,
-                                               shardings, s.reinit_top_layers,
-                                               start.encoder.num_layers)
+                return warm_start.load_encoder(
+                    s.init_checkpoint, start.source.params, params, shardings,
+                    s.reinit_top_layers, start.encoder.num_layers,
+                    trained_pooler=warm_start.pooler_was_trained(
+                        start.source.heads, start.source.record.get("initialized", [])))
         begun = common.restore_or_init(model, optimizer, shapes, mesh, self.seed,
                                        self.checkpointer, warm)
         self.state, self.start_step = begun.state, begun.step

@@ -27,6 +27,7 @@ from bertjax.train.compilation import compile_step
 from bertjax.train.logging_hook import LoggingHook, window_summary
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer
+from bertjax.train.warm_start import UNTRAINED_POOLER
 from bertjax.train.plots import plot_curves
 from bertjax.train.state import param_count
 from bertjax.train.step import make_eval_step, make_train_step
@@ -76,7 +77,8 @@ def _run(s: PretrainSettings, workdir: str, stop) -> dict:
         return _train(s, run_dir, stop, mesh, encoder, data, source, compared, info={
             "encoder": dataclasses.asdict(encoder), "task": "pretrain",
             "heads": {"nsp": s.objective.nsp, "sbo": s.objective.sbo,
-                      "max_span_length": s.masking.max_span_length},
+                      "max_span_length": s.masking.max_span_length,
+                      "pooler_trained": s.objective.nsp},
             "tokenizer_dir": os.path.join(s.data.prepared_dir(run_dir.path), "tokenizer")})
 
 
@@ -110,7 +112,9 @@ def _train(s: PretrainSettings, run_dir: RunDirectory, stop, mesh, encoder, data
     workdir = run_dir.path
     model = BertForPretraining(encoder, nsp=s.objective.nsp, sbo=s.objective.sbo,
                                max_span_length=s.masking.max_span_length)
-    optimizer = make_optimizer(s.optimizer)
+    # Only NSP reads the pooled output: without it the pooler gets no gradient, only decay.
+    untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
+    optimizer = make_optimizer(s.optimizer, untrained=untrained)
     batch_sharding = partitioning.batch_sharding(mesh)
     span = s.masking.strategy == "span"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -85,16 +85,27 @@ def _path_names(path) -> list[str]:
             for key in path]
 
 
-def decay_mask(params: Any) -> Any:
-    """True for parameters that get weight decay: kernels and embeddings, not norms or biases."""
+def decay_mask(params: Any, untrained: Sequence[str] = ()) -> Any:
+    """True for parameters that get weight decay: kernels and embeddings, not norms or biases, and
+    not the subtrees named in `untrained` ("encoder/pooler" when no objective trains the pooler:
+    decay alone would only shrink it towards zero)."""
 
     def decays(path, _) -> bool:
         names = _path_names(path)
+        joined = "/".join(names)
+        if any(joined == prefix or joined.startswith(prefix + "/") for prefix in untrained):
+            return False
         if names and names[-1] in NO_DECAY_LEAVES:
             return False
         return not any(NO_DECAY_MODULE.search(name) for name in names[:-1])
 
     return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def adapted_mask(params: Any) -> Any:
+    """LAMB's layer adaptation (the trust ratio) applies to kernels and embeddings only: You et
+    al. exclude biases and LayerNorm parameters, as they do from weight decay."""
+    return decay_mask(params)
 
 
 def scale_by_adam_without_bias_correction(b1: float, b2: float,
@@ -156,19 +167,22 @@ def applied_learning_rate(opt_state: Any) -> jax.Array:
     return found[0].learning_rate
 
 
-def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
+def make_optimizer(config: OptimizerConfig, untrained: Sequence[str] = ()
+                   ) -> optax.GradientTransformation:
     """Clip by global norm, then AdamW or LAMB with decoupled, masked weight decay.
 
-    The chains mirror optax.adamw / optax.lamb: LAMB is optax.lamb, and AdamW with bias
-    correction is optax.adamw.
+    The chains mirror optax.adamw / optax.lamb (LAMB's trust ratio masked to kernels and
+    embeddings, as in its paper), and AdamW with bias correction is optax.adamw. `untrained`:
+    parameter subtrees ("encoder/pooler") that no objective trains, left out of weight decay.
     """
     if config.bias_correction or config.name == "lamb":
         moments = optax.scale_by_adam(b1=config.b1, b2=config.b2, eps=config.eps)
     else:
         moments = scale_by_adam_without_bias_correction(config.b1, config.b2, config.eps)
     parts = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm > 0 else []
-    parts += [moments, optax.add_decayed_weights(config.weight_decay, mask=decay_mask)]
+    parts += [moments, optax.add_decayed_weights(
+        config.weight_decay, mask=lambda params: decay_mask(params, untrained))]
     if config.name == "lamb":
-        parts.append(optax.scale_by_trust_ratio())
+        parts.append(optax.masked(optax.scale_by_trust_ratio(), adapted_mask))
     parts.append(scale_by_recorded_schedule(make_schedule(config)))
     return optax.chain(*parts)

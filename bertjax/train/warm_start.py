@@ -24,6 +24,18 @@ from bertjax.errors import UserError
 from bertjax.model import layout
 
 ENCODER_ONLY = (r"^(?!encoder/)",)  # skip patterns: everything that is not the encoder
+UNTRAINED_POOLER = "encoder/pooler"
+
+
+def pooler_was_trained(heads: dict, initialized: Sequence[str] = ()) -> bool:
+    """False for a checkpoint pretrained without NSP (RoBERTa, SpanBERT: nothing reads the pooled
+    output, so the pooler is still its initialization, shrunk by any weight decay) or imported
+    without a pooler; `heads` is the checkpoint's record, `initialized` what an import filled in."""
+    if "pooler_trained" in heads:
+        return bool(heads["pooler_trained"])
+    if heads.get("nsp") is False:
+        return False
+    return not any("pooler" in part for part in initialized)
 
 
 def _aligned(source: dict, target: dict) -> dict:
@@ -71,10 +83,17 @@ def load_params(source: str, source_params: dict, params: Any, shardings: Any,
 
 
 def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
-                 reinit_top_layers: int, num_layers: int) -> Any:
-    """`params` with the encoder (pooler included) of `source_params`, heads left fresh."""
-    merged, loaded, kept = merge(params, shardings, source_params, ENCODER_ONLY)
-    missing = [name for name in kept if name.startswith("encoder/")]
+                 reinit_top_layers: int, num_layers: int, *, trained_pooler: bool = True) -> Any:
+    """`params` with the encoder of `source_params`, heads left fresh; the pooler too, when the
+    source never trained it (RoBERTa's choice: the classifier then reads a fresh dense + tanh over
+    [CLS] rather than a pooler that is noise)."""
+    skip = ENCODER_ONLY + (() if trained_pooler else (f"^{UNTRAINED_POOLER}/",))
+    merged, loaded, kept = merge(params, shardings, source_params, skip)
+    if not trained_pooler and jax.process_index() == 0:
+        print(f"the pooler of {source} was never trained (pretrained without NSP): initialized "
+              "fresh for the task head", file=sys.stderr)
+    missing = [name for name in kept if name.startswith("encoder/")
+               and (trained_pooler or not name.startswith(UNTRAINED_POOLER + "/"))]
     if missing:
         raise UserError(f"the init checkpoint {source} lacks encoder parameter(s) "
                         f"{', '.join(missing[:3])}: not a BERT encoder of this shape")
