@@ -47,6 +47,15 @@ def get_config() -> ml_collections.ConfigDict:
     config.finetune.freeze_encoder = False  # feature-based: train the head only
     config.finetune.crf = False             # token classification: a linear-chain CRF
     config.finetune.label_all_subwords = True  # token classification: else first subword only
+    # What trains (bertjax/finetune/methods.py): full | adapter | lora | cloze | soft_prompt
+    config.finetune.method = "full"
+    config.finetune.adapter_size = 64       # adapter: bottleneck width
+    config.finetune.lora_rank = 8           # lora: rank, scale alpha / rank, dropout on its input
+    config.finetune.lora_alpha = 16.0
+    config.finetune.lora_dropout = 0.0
+    config.finetune.prompt_length = 20      # soft_prompt: trainable vectors before the input
+    config.finetune.template = "{text} It was [MASK]."  # cloze: one [MASK]
+    config.finetune.verbalizer = ""         # cloze: "label:word,..." (one vocabulary token each)
 
     config.data = ml_collections.ConfigDict()
     # Files (or packaged:NAME:SPLIT, tfds:NAME:SPLIT); eval picks the best checkpoint.

@@ -8,6 +8,8 @@ import dataclasses
 import ml_collections
 
 from bertjax.errors import UserError
+from bertjax.finetune import methods
+from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
@@ -54,6 +56,7 @@ class FinetuneSettings:
     predict_output: str
     reinit_top_layers: int
     freeze_encoder: bool
+    method: MethodSettings
     data: DataSettings
     train: TrainSettings
     task_settings: TaskSettings
@@ -116,7 +119,8 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
                         f"model.max_position_embeddings {model.max_position_embeddings}")
     init = config.init_checkpoint.strip()
     result = FinetuneSettings(config.task, config.mode, init, config.predict_output,
-                              f.reinit_top_layers, f.freeze_encoder, data, train, task,
+                              f.reinit_top_layers, f.freeze_encoder, methods.read(f), data,
+                              train, task,
                               optimizer, fraction, model, mesh_settings(config.mesh))
     result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
     return result
