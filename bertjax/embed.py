@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     if blank:
         print(f"note: {blank} blank line(s) embedded as empty texts", file=sys.stderr)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} embeddings ({args.pooling} pooling) "
-          f"to {args.output} in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):.1f} texts/s)")
+          f"to {args.output} in {seconds:.1f} s ({len(texts) / max(seconds, 1e-9):.1f} texts/s, "
+          "compilation included)")
 
 
 if __name__ == "__main__":
