@@ -173,17 +173,32 @@ def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: b
 
 
 def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
-    """`params` completed with our own initialization of the parameters it lacks."""
+    """`params` completed with BERT's initialization of the parameters it lacks: kernels normal
+    (initializer_range), biases zero, LayerNorm scales one. Drawn on the host from the traced
+    shapes: compiling the model's init would cost more than the whole import (seconds to tens of
+    seconds on a CPU) for a few arrays."""
     import flax.linen as nn
     import jax
+    import numpy as np
 
     from bertjax.model.heads import BertForPretraining
 
     # The parameters' shapes do not depend on the batch's: the smallest one will do.
     batch = zeros_batch(1, 2, 1, nsp=True, span=False)
-    init = jax.jit(lambda key: BertForPretraining(model, nsp=True).init(key, batch))
-    fresh = jax.device_get(nn.meta.unbox(init(jax.random.key(seed))["params"]))
-    return _merge(fresh, params)
+    shapes = nn.meta.unbox(jax.eval_shape(
+        lambda key: BertForPretraining(model, nsp=True).init(key, batch),
+        jax.random.key(seed))["params"])
+    rng = np.random.default_rng(seed)
+
+    def initial(path, leaf):
+        name = str(getattr(path[-1], "key", path[-1]))
+        if name == "scale":
+            return np.ones(leaf.shape, leaf.dtype)
+        if name == "bias":
+            return np.zeros(leaf.shape, leaf.dtype)
+        return (model.initializer_range * rng.standard_normal(leaf.shape)).astype(leaf.dtype)
+
+    return _merge(jax.tree_util.tree_map_with_path(initial, shapes), params)
 
 
 def _merge(fresh: Mapping, given: Mapping) -> Tree:
