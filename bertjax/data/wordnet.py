@@ -124,10 +124,11 @@ def read_examples(directory: str | None = None) -> list[Example]:
             fields = header.split()
             offset, word_count = fields[0], int(fields[3], 16)
             lemmas = [re.sub(r"\(\w+\)$", "", w).lower() for w in fields[4:4 + 2 * word_count:2]]
-            examples = _EXAMPLE.findall(gloss)
-            if not examples:
+            first = _EXAMPLE.search(gloss)
+            if first is None:
                 continue
-            definition = gloss.split('"')[0].strip().rstrip(";:").strip()
+            examples = _EXAMPLE.findall(gloss)
+            definition = gloss[:first.start()].strip()
             sentences = [words_of(text) for text in examples]
             for lemma in dict.fromkeys(lemmas):
                 if not _LEMMA.fullmatch(lemma):
