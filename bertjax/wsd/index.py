@@ -1,35 +1,23 @@
-"""Word sense disambiguation by 1-nearest neighbour over contextual word embeddings.
+"""A sense index: one embedding per word sense, and the 1-nearest-neighbour sense of a word.
 
-    python -m bertjax.wsd evaluate --model PATH [--lemmas 50] [--layers -1 | -4,-3,-2,-1]
-    python -m bertjax.wsd fit --model PATH --output DIR [--lemmas N] [--layers ...]
-    python -m bertjax.wsd predict --index DIR --sentence "he sat on the bank" --word bank
-
-A sense's embedding is the mean contextual embedding (`Model.word_vectors`) of its lemma over the
-sense's labelled examples; an occurrence gets the candidate sense whose embedding is nearest by
-cosine. The candidates for a word are the senses of the lemmas it can be a form of under WordNet's
-morphology, part of speech by part of speech ("banked" can only be the verb). The data are WordNet
-3.0's example sentences (`bertjax.data.wordnet`); `evaluate` holds out examples of each sense and
-compares with the most-frequent-sense baseline: among the same candidates, the sense with the most
-training examples, ties going to WordNet's lower sense number. An index (DIR/wsd_index.json +
-DIR/sense_vectors.npz) records a digest of the encoder's parameters and refuses any other model.
+Files: DIR/wsd_index.json (the senses, layers and the model's parameter digest) and
+DIR/sense_vectors.npz (the unit-length sense embeddings [senses, hidden]).
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import hashlib
 import json
 import os
-import sys
 from typing import Sequence
 
 import numpy as np
 
 from bertjax.data import wordnet
 from bertjax.data.wordnet import Example, Sense
-from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.errors import UserError
 from bertjax.interop import output_dir
 
 INFO_FILE = "wsd_index.json"
@@ -82,7 +70,7 @@ class SenseIndex:
         senses = list(sums)
         means = np.stack([np.mean(sums[s], axis=0) for s in senses])
         return cls(model, senses, _unit(means), [len(sums[s]) for s in senses],
-                   _layers_record(layers))
+                   layers_record(layers))
 
     # ---- prediction ------------------------------------------------------------------------
 
@@ -97,6 +85,21 @@ class SenseIndex:
         lemmas = [lemma.lower()] if lemma else _lemma_guesses(word, exc)
         return [i for name in lemmas for i in self._by_lemma.get(name, ())
                 if wordnet.is_form_of(word, name, self.senses[i].pos, exc)]
+
+    def locate(self, words: Sequence[str], word: str) -> tuple[int, str | None]:
+        """Where `word` is in `words` (its first occurrence, else the first form of it as a
+        lemma: "bank" finds "banks") and the lemma to restrict the senses to (None when the word
+        itself was found: any lemma it can be a form of)."""
+        target = word.lower()
+        position = next((i for i, w in enumerate(words) if w.lower() == target), None)
+        if position is not None:
+            return position, None
+        exc = _exceptions()
+        position = next((i for i, w in enumerate(words) if any(
+            wordnet.is_form_of(w, target, pos, exc) for pos in wordnet.POS_FILES)), None)
+        if position is None:
+            raise UserError(f"the word {word!r} does not occur in the sentence")
+        return position, target
 
     def rank_many(self, items: Sequence[tuple[Sequence[str], int, str | None]]
                   ) -> list[list[tuple[Sense, float]]]:
@@ -202,39 +205,6 @@ def read_info(directory: str) -> dict:
     return info
 
 
-# ---- evaluation ------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Evaluation:
-    dataset: wordnet.Dataset
-    nearest: list[bool]     # per held-out example: 1-NN right
-    baseline: list[bool]    # per held-out example: most frequent sense right
-
-    @staticmethod
-    def accuracy(hits: Sequence[bool]) -> float:
-        return float(np.mean(hits)) if len(hits) else float("nan")
-
-    def per_lemma(self) -> dict[str, tuple[int, int, int, int]]:
-        """lemma -> (senses, held-out examples, 1-NN right, baseline right)."""
-        senses = collections.Counter(s.lemma for s in self.dataset.senses)
-        rows = {lemma: [senses[lemma], 0, 0, 0] for lemma in self.dataset.lemmas}
-        for e, hit, base in zip(self.dataset.test, self.nearest, self.baseline):
-            row = rows[e.lemma]
-            row[1:] = row[1] + 1, row[2] + hit, row[3] + base
-        return {lemma: tuple(row) for lemma, row in rows.items()}
-
-
-def evaluate(model, dataset: wordnet.Dataset, layers=-1) -> Evaluation:
-    """Fits on the training examples, predicts the held-out ones."""
-    index = SenseIndex.fit(model, dataset.train, layers)
-    items = [(e.words, e.index, e.lemma) for e in dataset.test]
-    ranked = index.rank_many(items)
-    nearest = [r[0][0] == e.sense for r, e in zip(ranked, dataset.test)]
-    baseline = [index.most_frequent(*item) == e.sense for item, e in zip(items, dataset.test)]
-    return Evaluation(dataset, nearest, baseline)
-
-
-# ---- helpers ---------------------------------------------------------------------------------
 
 def _target_vectors(model, items: Sequence[tuple[Sequence[str], int]], layers) -> list:
     sentences = [list(words) for words, _ in items]
@@ -246,7 +216,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def _layers_record(layers):
+def layers_record(layers):
     if isinstance(layers, str):
         return layers
     return int(layers) if isinstance(layers, (int, np.integer)) else [int(i) for i in layers]
@@ -264,136 +234,3 @@ def _exceptions():
 def _lemma_guesses(word: str, exc) -> list[str]:
     """Every base form WordNet's morphology allows for `word`, in any part of speech."""
     return sorted(set().union(*(wordnet.base_forms(word, pos, exc) for pos in wordnet.POS_FILES)))
-
-
-# ---- command line ----------------------------------------------------------------------------
-
-def _layers_arg(text: str):
-    if text == "all":
-        return text
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--layers takes 'all', an index or comma-separated indices (-4,-3,-2,-1), got "
-            f"{text!r}") from None
-    return values[0] if len(values) == 1 else values
-
-
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    def fail(message):
-        report(message)
-        sys.exit(EXIT_BAD_INPUT)
-
-    parser = argparse.ArgumentParser(prog="python -m bertjax.wsd",
-                                     description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    evaluate_cmd = commands.add_parser("evaluate", help="held-out WordNet accuracy vs the "
-                                       "most-frequent-sense baseline")
-    fit_cmd = commands.add_parser("fit", help="fit a sense index on WordNet's examples")
-    predict_cmd = commands.add_parser("predict", help="the sense of a word in a sentence")
-    for sub in (evaluate_cmd, fit_cmd):
-        sub.add_argument("--model", required=True,
-                         help="a workdir, params export or Hugging Face BERT directory")
-        sub.add_argument("--layers", type=_layers_arg, default=-1,
-                         help="hidden states to average: an index or indices (default -1, the "
-                         "last layer; -4,-3,-2,-1 for the mean of the last four)")
-        sub.add_argument("--batch-size", type=int, default=32)
-    evaluate_cmd.add_argument("--lemmas", type=int, default=50,
-                              help="the N ambiguous lemmas with the most examples (default 50)")
-    evaluate_cmd.add_argument("--all-lemmas", action="store_true",
-                              help="every ambiguous lemma (871)")
-    evaluate_cmd.add_argument("--holdout", type=int, default=3,
-                              help="hold out one example in k of each sense (default 3)")
-    fit_cmd.add_argument("--output", required=True, help="the index directory to create")
-    fit_cmd.add_argument("--lemmas", type=int, default=None,
-                         help="only the N lemmas with the most examples (default: all)")
-    fit_cmd.add_argument("--overwrite", action="store_true", help="replace an existing index")
-    predict_cmd.add_argument("--index", required=True, help="a directory made by `fit`")
-    predict_cmd.add_argument("--sentence", required=True)
-    predict_cmd.add_argument("--word", required=True,
-                             help="the word to disambiguate (its first occurrence, or of a form "
-                             "of it: --word bank finds 'banks')")
-    predict_cmd.add_argument("--model", default=None,
-                             help="the model (default: the one the index was fitted with)")
-    for p in (parser, evaluate_cmd, fit_cmd, predict_cmd):
-        p.error = fail
-    return parser.parse_args(argv)
-
-
-def _load_model(args):
-    from bertjax.api import load
-
-    return load(args.model, batch_size=getattr(args, "batch_size", 32))
-
-
-def _evaluate(args) -> None:
-    examples = wordnet.read_examples()
-    lemmas = None if args.all_lemmas else args.lemmas
-    dataset = wordnet.split(examples, lemmas=lemmas, holdout=args.holdout)
-    model = _load_model(args)
-    result = evaluate(model, dataset, args.layers)
-    print(f"WordNet 3.0 example sentences: {len(dataset.lemmas)} ambiguous lemmas, "
-          f"{len(dataset.senses)} senses, {len(dataset.train)} training and {len(dataset.test)} "
-          f"held-out examples (one in {args.holdout} per sense)")
-    print(f"model {model.path}, layers {_layers_record(args.layers)}")
-    print(f"{'lemma':<16}{'senses':>7}{'held out':>10}{'1-NN':>8}{'MFS':>8}")
-    for lemma, (senses, count, hits, base) in result.per_lemma().items():
-        print(f"{lemma:<16}{senses:>7}{count:>10}{hits / count:>8.3f}{base / count:>8.3f}")
-    right, base = sum(result.nearest), sum(result.baseline)
-    print(f"1-NN accuracy {result.accuracy(result.nearest):.4f} ({right}/{len(dataset.test)}); "
-          f"most-frequent-sense baseline {result.accuracy(result.baseline):.4f} "
-          f"({base}/{len(dataset.test)})")
-
-
-def _fit(args) -> None:
-    output_dir.check_target(args.output, overwrite=args.overwrite, sources=(args.model,))
-    chosen = wordnet.ambiguous_lemmas(wordnet.read_examples(), min_examples=1)
-    if args.lemmas is not None:
-        if args.lemmas < 1:
-            raise UserError(f"--lemmas must be positive, got {args.lemmas}")
-        chosen = dict(list(chosen.items())[:args.lemmas])
-    examples = [e for senses in chosen.values() for found in senses.values() for e in found]
-    index = SenseIndex.fit(_load_model(args), examples, args.layers)
-    index.save(args.output, overwrite=args.overwrite)
-    print(f"wrote the sense index {os.path.abspath(args.output)}: {len(index.lemmas)} lemmas, "
-          f"{len(index.senses)} senses from {len(examples)} WordNet examples")
-
-
-def _predict(args) -> None:
-    index = SenseIndex.load(args.index, None if args.model is None else _load_model(args))
-    words = wordnet.words_of(args.sentence)
-    target = args.word.lower()
-    position = next((i for i, w in enumerate(words) if w.lower() == target), None)
-    lemma = None
-    if position is None:
-        exc = _exceptions()
-        position = next((i for i, w in enumerate(words) if any(
-            wordnet.is_form_of(w, target, pos, exc) for pos in wordnet.POS_FILES)), None)
-        lemma = target
-    if position is None:
-        raise UserError(f"the word {args.word!r} does not occur in the sentence")
-    ranked = index.rank(words, position, lemma)
-    best, score = ranked[0]
-    print(f"{best.id}\t{score:.4f}\t{best.definition}")
-    for sense, score in ranked[1:]:
-        print(f"  {sense.id}\t{score:.4f}\t{sense.definition}")
-
-
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> None:
-    args = _parse_args(argv)
-    from bertjax.library_logs import quiet_routine_library_logs
-
-    quiet_routine_library_logs()
-    if getattr(args, "batch_size", 1) < 1:
-        raise UserError(f"--batch-size must be positive, got {args.batch_size}")
-    if args.model is not None:
-        from bertjax import loading
-
-        loading.kind_of(args.model)  # "not a model" before WordNet is read
-    {"evaluate": _evaluate, "fit": _fit, "predict": _predict}[args.command](args)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
