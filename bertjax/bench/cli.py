@@ -120,13 +120,13 @@ def time_steps(steps: list[Callable[[], None]], warmups: list[int],
 def run(options, config) -> dict:
     """Builds our step (and the peer's), times them, and returns every figure."""
     from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
+    from bertjax.settings import pretrain
 
+    settings = pretrain.read(config)  # a bad config, or another task's, before reading it here
     if options.compare_torch:
         from bertjax.bench.torch_peer import check_objective
 
-        from bertjax.settings import pretrain
-
-        check_objective(pretrain.read(config).objective.name)
+        check_objective(settings.objective.name)
     seq_len = options.seq_len or int(config.schedule.short_seq_len)
     predictions = options.predictions or default_predictions(config, seq_len)
     ours = JaxStep(config, Workload(options.batch, seq_len, predictions))

@@ -11,31 +11,34 @@ schema's keys, batches concatenated) to an .npz file, which must not exist unles
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
 
 import numpy as np
 from absl import flags
-from ml_collections import config_flags
 
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import UserError, exit_on_user_error
 from bertjax.file_modes import publish
 
-FLAGS = flags.FlagValues()
-config_flags.DEFINE_config_file("config", None, "Pretraining config file (a get_config() module).",
-                                flag_values=FLAGS, lock_config=True)
-flags.DEFINE_string("workdir", None, "Run directory (the prepared corpus is WORKDIR/data unless "
-                    "config.data.prepared says otherwise).", flag_values=FLAGS)
-flags.DEFINE_integer("batches", 2, "How many batches to build.", flag_values=FLAGS)
-flags.DEFINE_integer("step", 0, "The first step to build (its phase sets the length).",
-                     flag_values=FLAGS)
-flags.DEFINE_integer("examples", 4, "How many examples of the first batch to print.",
-                     flag_values=FLAGS)
-flags.DEFINE_string("dump", None, "Write the raw batch arrays to this .npz file.",
-                    flag_values=FLAGS)
-flags.DEFINE_bool("overwrite", False, "Replace an existing --dump file.", flag_values=FLAGS)
+
+def _flags() -> flags.FlagValues:
+    """inspect's own flags, fresh for every call (--config is defined by main.parse_config)."""
+    values = flags.FlagValues()
+    flags.DEFINE_string("workdir", None, "Run directory (the prepared corpus is WORKDIR/data "
+                        "unless config.data.prepared says otherwise).", flag_values=values)
+    flags.DEFINE_integer("batches", 2, "How many batches to build.", flag_values=values)
+    flags.DEFINE_integer("step", 0, "The first step to build (its phase sets the length).",
+                         flag_values=values)
+    flags.DEFINE_integer("examples", 4, "How many examples of the first batch to print.",
+                         flag_values=values)
+    flags.DEFINE_string("dump", None, "Write the raw batch arrays to this .npz file.",
+                        flag_values=values)
+    flags.DEFINE_bool("overwrite", False, "Replace an existing --dump file.", flag_values=values)
+    return values
+
 
 NSP_NAMES = {0: "IsNext", 1: "NotNext"}
 
@@ -148,43 +151,39 @@ def write_dump(path: str, batches: list[dict], *, overwrite: bool = False) -> No
 
 
 def _parse(argv: list[str]):
-    sys.argv = argv  # config_flags reads the --config.KEY overrides from sys.argv
-    try:
-        FLAGS(argv)
-    except Exception as e:  # anything raised while loading a config file is a bad config
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-        raise UserError(f"bad flags or config: {' '.join(lines[:4]) or type(e).__name__}") from None
-    config = FLAGS.config
-    if config is None:
-        raise UserError("--config is required, e.g. --config=configs/base.py")
-    if not FLAGS.workdir and not config.data.prepared:
+    """(settings, flags), every check made before a batch is built: the config file is loaded
+    and read as the training job reads it (so another task's config is refused by name)."""
+    from bertjax.main import parse_config
+    from bertjax.settings import pretrain
+
+    config, values = parse_config(argv, _flags())
+    s = pretrain.read(config)
+    if not values.workdir and not s.data.prepared:
         raise UserError("--workdir is required (or --config.data.prepared=DIR)")
-    if FLAGS.batches < 1 or FLAGS.step < 0 or FLAGS.examples < 0:
+    if values.batches < 1 or values.step < 0 or values.examples < 0:
         raise UserError("--batches must be positive, --step and --examples not negative")
-    if FLAGS.dump:
-        check_dump_target(FLAGS.dump, overwrite=FLAGS.overwrite)
-    return config
+    if values.dump:
+        check_dump_target(values.dump, overwrite=values.overwrite)
+    # A few batches: building them here beats starting worker processes.
+    return dataclasses.replace(s, data=dataclasses.replace(s.data, workers=0)), values
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     from bertjax.jobs import pretraining_data
-    from bertjax.settings import pretrain
 
-    config = _parse(list(sys.argv if argv is None else argv))
-    config.data.workers = 0  # a few batches: building them here beats starting worker processes
-    s = pretrain.read(config)
-    prepared = pretraining_data.prepared_corpus(s, FLAGS.workdir or "", None)
+    s, flag_values = _parse(list(sys.argv if argv is None else argv))
+    prepared = pretraining_data.prepared_corpus(s, flag_values.workdir or "", None)
     data, tokenizer = pretraining_data.batches(s, prepared), prepared.tokenizer
-    with data.train_iterator(FLAGS.step) as batches_from:
-        batches = [next(batches_from) for _ in range(FLAGS.batches)]
-    print(f"step {FLAGS.step}, {data.local_batch_size} examples a batch, mode {data.mode}")
-    print(describe_batch(batches[0], tokenizer, FLAGS.examples))
+    with data.train_iterator(flag_values.step) as batches_from:
+        batches = [next(batches_from) for _ in range(flag_values.batches)]
+    print(f"step {flag_values.step}, {data.local_batch_size} examples a batch, mode {data.mode}")
+    print(describe_batch(batches[0], tokenizer, flag_values.examples))
     print(f"statistics over {len(batches)} batches:")
     print(format_statistics(batch_statistics(batches, tokenizer)))
-    if FLAGS.dump:
-        write_dump(FLAGS.dump, batches, overwrite=FLAGS.overwrite)
-        print(f"wrote {FLAGS.dump}")
+    if flag_values.dump:
+        write_dump(flag_values.dump, batches, overwrite=flag_values.overwrite)
+        print(f"wrote {flag_values.dump}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 from bertjax.data import corpus
 from bertjax.data.full_disk import full_disk_reported
@@ -35,12 +35,14 @@ DEFAULT_DOCUMENTS_PER_SHARD = 10_000
 def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer: Tokenizer, *,
             documents_per_shard: int = DEFAULT_DOCUMENTS_PER_SHARD, workers: int | None = None,
             progress: bool = True, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
-            tfds_data_dir: str | None = None) -> dict:
+            tfds_data_dir: str | None = None, on_start: Callable[[], None] | None = None) -> dict:
     """Prepares (or finishes preparing) the corpus in `output_dir`; returns its manifest.
 
     `workers` processes tokenize (default: one per core; 1 tokenizes in this process). A
     progress bar with tokens/s goes to stderr. `tfds:` inputs are read from `tfds_data_dir`
-    (default: TFDS's own, $TFDS_DATA_DIR or ~/tensorflow_datasets).
+    (default: TFDS's own, $TFDS_DATA_DIR or ~/tensorflow_datasets). `on_start` is called once
+    the checks made before any work have passed: what a caller says about the run goes there,
+    so that a refusal is never preceded by it.
     """
     if documents_per_shard < 1:
         raise UserError(f"documents_per_shard must be positive, got {documents_per_shard}")
@@ -55,6 +57,8 @@ def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer
     plan = make_plan(files, input_format, tokenizer, documents_per_shard, max_line_chars, tfds_data_dir)
     created = not os.path.exists(output_dir)
     with full_disk_reported(output_dir), exclusive_output(output_dir, plan) as done:
+        if on_start is not None:
+            on_start()
         if done is not None:
             return done
         write_json(os.path.join(output_dir, PLAN), plan)

@@ -59,7 +59,7 @@ def _one_line_error(message: str) -> None:
     sys.exit(EXIT_BAD_INPUT)
 
 
-def _cli_tokenizer(args: argparse.Namespace, inputs: list[str]) -> Tokenizer:
+def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]) -> Tokenizer:
     if args.vocab:
         return load_tokenizer(args.vocab, lowercase=False if args.cased else None)
     saved = os.path.join(args.output, corpus.TOKENIZER_DIR)
@@ -70,7 +70,7 @@ def _cli_tokenizer(args: argparse.Namespace, inputs: list[str]) -> Tokenizer:
             raise UserError(f"{args.output} holds a {tokenizer.kind} tokenizer "
                             f"({'uncased' if tokenizer.lowercase else 'cased'}) trained earlier; "
                             "choose another output directory for another kind")
-        print(f"using the tokenizer trained earlier in {saved}", file=sys.stderr)
+        notes.append(f"using the tokenizer trained earlier in {saved}")
         return tokenizer
     return build_tokenizer(inputs, args.format, args.train_vocab, _vocab_size(args),
                            lowercase=not args.cased, max_sentences=args.max_train_sentences,
@@ -86,14 +86,20 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     inputs = [spec.strip() for spec in args.input.split(",") if spec.strip()]
     # Before a vocabulary is trained: an output prepared otherwise must not silently win.
-    for warning in corpus.check_prepared_matches(
-            args.output, tokenizer_spec=args.vocab or "", vocab_size=_vocab_size(args),
-            explicit=args.vocab_size is not None, lowercase=False if args.cased else None):
-        print(f"bertjax: warning: {' '.join(warning.split())}", file=sys.stderr)
-    tokenizer = _cli_tokenizer(args, inputs)
+    notes = [f"bertjax: warning: {' '.join(warning.split())}" for warning in
+             corpus.check_prepared_matches(
+                 args.output, tokenizer_spec=args.vocab or "", vocab_size=_vocab_size(args),
+                 explicit=args.vocab_size is not None, lowercase=False if args.cased else None)]
+    tokenizer = _cli_tokenizer(args, inputs, notes)
+
+    def print_notes() -> None:  # once every refusal is decided: a refused command prints one line
+        for note in notes:
+            print(note, file=sys.stderr)
+
     manifest = prepare(inputs, args.format, args.output, tokenizer,
                        documents_per_shard=args.documents_per_shard, workers=args.workers,
-                       progress=not args.no_progress, max_line_chars=args.max_line_chars)
+                       progress=not args.no_progress, max_line_chars=args.max_line_chars,
+                       on_start=print_notes)
     print(summary(manifest, args.output))
 
 

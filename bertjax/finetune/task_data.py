@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import numpy as np
 
 from bertjax.data.tokenizer import Tokenizer
@@ -62,8 +61,7 @@ def read_task_data(s: FinetuneSettings, tokenizer: Tokenizer) -> TaskData:
     if not len(train_features):
         raise UserError(f"no training example of {s.data.train} could be used: "
                         f"{dict(train_features.counts) or 'none left'}")
+    # Reported when the run starts (FinetuneRun), not here: a refusal still to come (another
+    # run in the workdir, a bad mesh) must be the one line a refused command prints.
     counted = {"train": dict(train_features.counts), "eval": dict(eval_features.counts)}
-    if jax.process_index() == 0:
-        readers.report_counts(s.data.train, train_features.counts)
-        readers.report_counts(s.data.eval, eval_features.counts)
     return TaskData(task, train_examples, eval_examples, train_features, eval_features, counted)

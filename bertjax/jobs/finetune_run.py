@@ -10,7 +10,7 @@ import time
 import jax
 
 from bertjax.atomic_files import write_json
-from bertjax.finetune import evaluation
+from bertjax.finetune import evaluation, readers
 from bertjax.finetune.batches import EpochBatches, process_share
 from bertjax.parallel import partitioning
 from bertjax.train import loop, warm_start
@@ -93,6 +93,8 @@ class FinetuneRun:
                 print(f"resuming from step {begun.step} of {self.total}", file=sys.stderr)
         if self.is_main:
             d = self.data
+            readers.report_counts(s.data.train, d.counted["train"])
+            readers.report_counts(s.data.eval, d.counted["eval"])
             print(f"{s.task}: {len(d.train_examples)} training examples "
                   f"({len(d.train_features)} rows), {len(d.eval_examples)} dev; "
                   f"{param_count(self.state.params):,} parameters; {self.total} steps "

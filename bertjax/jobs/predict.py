@@ -40,8 +40,9 @@ def _unlabeled(example):
     return example  # QA answers are not read outside training
 
 
-def _source_run(workdir: str, task: str) -> tuple[loading.Loaded, int | None]:
-    """The trained run (its best restart) and the step to use (None: its latest)."""
+def _source_run(workdir: str, task: str) -> tuple[loading.Loaded, int | None, str]:
+    """The trained run (its best restart), the step to use (None: its latest) and a note to
+    print once every check has passed (empty when there is none)."""
     results = loading.read_json(os.path.join(workdir, loading.RESULTS_FILE))
     recorded = os.path.isfile(os.path.join(workdir, loading.RUN_RECORD)) or results
     run = loading.describe(workdir) if recorded else None
@@ -52,9 +53,9 @@ def _source_run(workdir: str, task: str) -> tuple[loading.Loaded, int | None]:
     if record["task"] != task:
         raise UserError(f"{workdir} holds a {record['task']} run, the config says {task}")
     if not results.get("finished"):
-        print(f"note: the run in {workdir} has not finished; predicting with its latest "
-              "checkpoint", file=sys.stderr)
-    return run, results.get("best_step") if results.get("finished") else None
+        return run, None, (f"note: the run in {workdir} has not finished; predicting with its "
+                           "latest checkpoint")
+    return run, results.get("best_step"), ""
 
 
 def trained_settings(current: TaskSettings, record: dict) -> TaskSettings:
@@ -82,14 +83,14 @@ def _output_path(s: FinetuneSettings, workdir: str, qa: bool) -> str:
 
 def run(s: FinetuneSettings, workdir: str) -> dict:
     cls = task_class(s.task)
-    trained, step = _source_run(workdir, s.task)
+    trained, step, note = _source_run(workdir, s.task)
     task_settings = trained_settings(s.task_settings, trained.record)
     output = _output_path(s, workdir, qa=cls.kind == "qa")
     source = s.data.source(s.data.predict, labeled=False, regression=cls.regression)
     examples = [_unlabeled(e) for e in readers.read(source, cls.kind)]
     loaded = loading.load(trained.path, step)
     predictions = predict_examples(loaded, task_settings, examples, s.data.predict,
-                                   s.mesh.make(), s.train.eval_batch_size)
+                                   s.mesh.make(), s.train.eval_batch_size, note=note)
     if jax.process_index() == 0:
         write_text(output, _serialized(predictions))
         print(f"wrote {len(examples)} predictions to {output} (checkpoint step "
@@ -98,12 +99,16 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
 
 
 def predict_examples(loaded: loading.Loaded, task_settings: TaskSettings, examples: list,
-                     where: str, mesh, batch_size: int, *, report: bool = True):
+                     where: str, mesh, batch_size: int, *, report: bool = True,
+                     note: str = ""):
     """A fine-tuned model's predictions for `examples` (the task's own format: a list, or for QA
     a dict of answers), with the task settings it was trained with. Shared by predict mode and
     `bertjax.load(...).predict`."""
     task = task_class(loaded.record["task"])(task_settings, list(task_settings.labels))
     features = task.featurize(loaded.tokenizer(), examples, where, training=False)
+    # Only now, past the refusals: a refused command prints one line.
+    if note:
+        print(note, file=sys.stderr)
     if report:
         readers.report_counts(where, features.counts)
     model = task.model(loaded.require_encoder(), False)

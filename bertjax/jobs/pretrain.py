@@ -136,8 +136,11 @@ def _train(s: PretrainSettings, run_dir: RunDirectory, stop, mesh, encoder, data
         if schedule.phase_end(phase, s.train.steps) > done:
             compiled[phase.seq_len] = compile_step(
                 train_step, abstract, shapes_for(phase),
-                name=f"train step at {phase.seq_len} tokens", verbose=is_main,
+                name=f"train step at {phase.seq_len} tokens", verbose=False,
                 device_memory_gb=s.train.device_memory_gb)
+    if is_main:  # once every phase fits: a config refused for a later one prints one line
+        for step in compiled.values():
+            print(step.report, file=sys.stderr, flush=True)
     if common.stopped_before_start(stop):
         return {}
     warm = None

@@ -94,6 +94,10 @@ class PretrainSettings:
 def read(config: ml_collections.ConfigDict, overridden: frozenset = frozenset()
          ) -> PretrainSettings:
     """`overridden`: the keys given on the command line (--config.KEY=VALUE)."""
+    task = config.get("task", "pretrain")
+    if task != "pretrain":  # inspect and bench take this path for any config they are given
+        raise UserError(f"this command takes a pretraining config (task pretrain, e.g. "
+                        f"configs/base.py), got one of task {task!r}")
     objective = _objective(config)
     train = PretrainLoop(**fields_of(PretrainLoop, config.train, "train"))
     _check_loop(train)

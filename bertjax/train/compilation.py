@@ -52,7 +52,9 @@ def memory_limit(configured_gib: float = 0.0) -> tuple[int | None, str]:
 
 def compile_step(jitted: Callable, *abstract_args: Any, name: str = "step",
                  verbose: bool = True, device_memory_gb: float = 0.0) -> Any:
-    """Lowers and compiles `jitted` for these shapes; prints time and memory; refuses a misfit.
+    """Lowers and compiles `jitted` for these shapes; refuses a misfit; prints (`verbose`) the
+    time and memory of a step that fits, a line also kept as `compiled.report`. A refusal is not
+    preceded by the report: its one line names the figures.
 
     `device_memory_gb` > 0 sets the bytes a device holds (for devices that do not report it, or
     to leave headroom); 0 asks the device.
@@ -62,19 +64,20 @@ def compile_step(jitted: Callable, *abstract_args: Any, name: str = "step",
     compiled = jitted.lower(*abstract_args).compile()
     seconds = time.perf_counter() - started
     report = memory_report(compiled)
-    if verbose:
-        parts = [f"compiled {name} in {seconds:.1f}s"]
-        if report:
-            parts.append("memory per device: " + ", ".join(
-                f"{k} {_gib(v)}" for k, v in report.items() if k != "generated_code"))
-        parts.append(f"device holds {_gib(limit)} ({source})" if limit is not None
-                     else "device memory unknown (set train.device_memory_gb to check it)")
-        print("; ".join(parts), file=sys.stderr, flush=True)
     if limit is not None and report.get("peak", 0) > limit:
         raise UserError(f"{name} needs {_gib(report['peak'])} per device but a device holds "
                         f"{_gib(limit)} ({source}): lower train.batch_size, raise "
                         "train.accumulation_steps, set model.remat, or shard over more devices "
                         "(mesh.fsdp)")
+    parts = [f"compiled {name} in {seconds:.1f}s"]
+    if report:
+        parts.append("memory per device: " + ", ".join(
+            f"{k} {_gib(v)}" for k, v in report.items() if k != "generated_code"))
+    parts.append(f"device holds {_gib(limit)} ({source})" if limit is not None
+                 else "device memory unknown (set train.device_memory_gb to check it)")
+    compiled.report = "; ".join(parts)  # type: ignore[attr-defined]
+    if verbose:
+        print(compiled.report, file=sys.stderr, flush=True)
     compiled.compile_seconds = seconds  # type: ignore[attr-defined]
     return compiled
 
