@@ -9,7 +9,8 @@
         [--rerank RUN --rerank-k 50] [--model PATH]
 
 PATH is any model `bertjax.load` reads; RUN a fine-tuned pair-classification run (the
-cross-encoder). Search writes one JSON line per query, {"id", "query", "results": [{"id",
+cross-encoder). Search is exact (a jitted matmul and top-k over every vector) unless
+--approximate asks for the FAISS HNSW index built with `build --approximate`. Search writes one JSON line per query, {"id", "query", "results": [{"id",
 "score"[, "dense_score"]}]}, to --output (never over an existing file without --overwrite) or
 stdout. A --k larger than the corpus returns the whole corpus with a warning. Evaluate prints
 Recall@1, Recall@10, MRR@10 and nDCG@10 per method, and the recall of the approximate top 10
@@ -136,9 +137,10 @@ def _search(args) -> None:
         index.approximate_index()  # raises: the index has none
     if args.output is not None:
         _check_output(args.output, args.overwrite)
+    cross_encoder, model = _models(index, args)
+    # Warned only now: a refused command prints its one error line and nothing else.
     k = clamped(args.k, index.size)
     rerank_k = clamped(args.rerank_k, index.size, "--rerank-k") if args.rerank else 0
-    cross_encoder, model = _models(index, args)
     texts = [q.text for q in queries]
     vectors = embed_queries(index, model, texts)
     result = ranked(index, texts, vectors, k, method=method, cross_encoder=cross_encoder,
