@@ -47,7 +47,8 @@ def sentence_passages(articles: list[list[str]], sentences: int = 4, seed: int =
 
 def cross_encoder_pairs(queries: list[dict], documents: list[dict], seed: int = 0
                         ) -> list[tuple[str, str, str]]:
-    """(query, passage, "1"/"0"): each query with its passage, one of its article, one of another."""
+    """(query, passage, "1"/"0"): each query with its own passage, one of its article and one
+    of another article."""
     rng = random.Random(seed)
     by_id = {d["id"]: d for d in documents}
     by_article: dict[int, list[dict]] = {}

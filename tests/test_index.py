@@ -9,6 +9,7 @@ loaded and compiled once: what differs between commands is checked, not the load
 import json
 import math
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -92,7 +93,7 @@ def test_exact_search_equals_numpy_brute_force(count, k, chunk_rows, query_rows)
         exact.search(vectors, queries, count + 1)
 
 
-# --- real data -------------------------------------------------------------------------------------
+# --- real data ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
@@ -177,7 +178,7 @@ def test_the_index_holds_normalized_vectors_of_its_model(built, wiki, minilm_dir
         [d["text"] for d in wiki["documents"][:4]], "mean", normalize=True), atol=1e-5)
     assert manifest["approximate"]["library"] == "faiss-cpu"
     assert manifest["approximate"]["recall_at_build"]["recall"] >= 0.9
-    # Any change of a parameter value changes the fingerprint.
+    # A changed parameter value (the first of an array is always sampled) changes it.
     params = jax.tree.map(np.array, model.loaded.params)
     parent, key = _first_leaf(params)
     parent[key].flat[0] += 1.0
@@ -255,6 +256,19 @@ def test_search_refuses_bad_input(built, wiki, cross_encoder_run, tmp_path, caps
                        capsys), "is not a bertjax index")
     assert_refused(run(["evaluate", "--index", built, "--queries", wiki["queries_txt"]], capsys),
                    "needs a .jsonl query file")
+    # A copy whose manifest names another fingerprint, and no approximate index.
+    copy = str(tmp_path / "copy")
+    shutil.copytree(built, copy)
+    with open(os.path.join(copy, "manifest.json")) as f:
+        manifest = json.load(f)
+    manifest["model"]["fingerprint"] = "0" * 32
+    manifest["approximate"] = None
+    with open(os.path.join(copy, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    assert_refused(run(["search", "--index", copy, "--queries", wiki["queries_txt"]], capsys),
+                   "has changed since", "rebuild the index")
+    assert_refused(run(["search", "--index", copy, "--queries", wiki["queries_txt"],
+                        "--approximate"], capsys), "has no approximate index")
     unknown = tmp_path / "unknown.jsonl"
     unknown.write_text('{"text": "a query", "relevant": ["nope"]}\n')
     assert_refused(run(["evaluate", "--index", built, "--queries", str(unknown)], capsys),
@@ -323,8 +337,8 @@ def test_search_rerank_and_evaluate_end_to_end(built, wiki, cross_encoder_run, m
         assert [h["dense_score"] for h in second["results"]] == pytest.approx(
             [dense_score[i] for i in kept], abs=1e-5)
 
-    code, out, err = run(["evaluate", "--index", built, "--queries", wiki["queries_jsonl"], "--bm25",
-                          "--rerank", cross_encoder_run, "--rerank-k", "20"], capsys)
+    code, out, err = run(["evaluate", "--index", built, "--queries", wiki["queries_jsonl"],
+                          "--bm25", "--rerank", cross_encoder_run, "--rerank-k", "20"], capsys)
     assert code == 0, err
     rows = {line.split("|")[1].strip(): [float(x) for x in line.split("|")[2:6]]
             for line in out.splitlines() if line.startswith("| ") and "method" not in line}

@@ -10,11 +10,12 @@
 
 PATH is any model `bertjax.load` reads; RUN a fine-tuned pair-classification run (the
 cross-encoder). Search is exact (a jitted matmul and top-k over every vector) unless
---approximate asks for the FAISS HNSW index built with `build --approximate`. Search writes one JSON line per query, {"id", "query", "results": [{"id",
-"score"[, "dense_score"]}]}, to --output (never over an existing file without --overwrite) or
-stdout. A --k larger than the corpus returns the whole corpus with a warning. Evaluate prints
-Recall@1, Recall@10, MRR@10 and nDCG@10 per method, and the recall of the approximate top 10
-against the exact top 10. Bad input is one line on stderr and exit status 2.
+--approximate asks for the FAISS HNSW index built with `build --approximate`. It writes one
+JSON line per query, {"id", "query", "results": [{"id", "score"[, "dense_score"]}]}, to
+--output (never over an existing file without --overwrite) or stdout. A --k larger than the
+corpus returns the whole corpus with a warning. Evaluate prints Recall@1, Recall@10, MRR@10
+and nDCG@10 per method, and the recall of the approximate top 10 against the exact top 10.
+Bad input is one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
