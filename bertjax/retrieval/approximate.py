@@ -4,8 +4,9 @@ Why FAISS rather than hnswlib: faiss-cpu ships prebuilt wheels for every platfor
 bertjax supports (hnswlib 0.8.0 is a source distribution that needs a C++ toolchain at install
 time, which a clean CI or a user's laptop may lack), it is maintained, and the same index file
 format covers the other index kinds (IVF, product quantization) a much larger corpus would move
-to. HNSW needs no training pass and, at the sizes bertjax builds, gives >0.99 recall of the exact
-top 10 at a query cost that grows with log N.
+to. HNSW needs no training pass and gives nearly exact results at a query cost that grows with
+log N: 0.9997 recall of the exact top 10 for 894 Wikipedia sentence queries over 4,984 MiniLM
+passage vectors with the settings below.
 
 The vectors are unit length, so inner product is cosine similarity and its ranking equals the
 exact search's.
