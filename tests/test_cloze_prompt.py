@@ -180,11 +180,13 @@ def test_few_shot_cloze_trains_the_whole_model_and_predicts(tmp_path, pretrained
     workdir = str(tmp_path / "few")
     assert finetune(workdir, **{"init_checkpoint": pretrained[0], "finetune.method": "cloze",
                                 "finetune.verbalizer": VERBALIZER,
-                                "data.max_train_examples_per_class": 128, "train.epochs": 6,
-                                "optimizer.learning_rate": 2e-3}) == 0
+                                "data.max_train_examples_per_class": 256, "train.epochs": 6,
+                                "optimizer.learning_rate": 3e-3}) == 0
     r = results(workdir)
-    assert r["train_examples"] == 256 and r["head"] == "cloze_classification"
-    assert r["best_metric"] > 0.6 and r["eval"]["mcc"] > 0.2, r["history"]
+    assert r["train_examples"] == 512 and r["head"] == "cloze_classification"
+    # From BERT's initialization (no pretrained knowledge) 512 examples reach about 0.62 on the
+    # 400 dev sentences; chance is 0.5 (sd 0.025).
+    assert r["best_metric"] > 0.58 and r["eval"]["mcc"] > 0.15, r["history"]
     run = json.load(open(os.path.join(workdir, "run.json")))
     assert run["heads"]["verbalizer"] == {"negative": "bad", "positive": "good"}
     assert run["task_settings"]["template"] == TEMPLATE
@@ -223,7 +225,8 @@ def test_soft_prompt_trains_with_the_encoder_bit_identical(tmp_path, pretrained,
     for a, b in zip(jax.tree.leaves(trained["encoder"]), jax.tree.leaves(params["encoder"])):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert trained["soft_prompt"]["embeddings"].shape == (6, cfg.hidden_size)
-    # The prompt started as word embeddings and moved; the head trained; the loss went down.
+    # The prompt moved away from the word embeddings it started as; the head trained; the
+    # training loss went down.
     words = params["encoder"]["embeddings"]["word_embeddings"]
     assert not any(np.array_equal(row, w) for row in trained["soft_prompt"]["embeddings"]
                    for w in words)
@@ -232,6 +235,9 @@ def test_soft_prompt_trains_with_the_encoder_bit_identical(tmp_path, pretrained,
     losses = [m["loss"] for m in read_metrics(workdir) if "loss" in m]
     assert np.mean(losses[-8:]) < np.mean(losses[:8]), losses
     assert r["trained_parameters"] < 0.5 * sum(x.size for x in jax.tree.leaves(trained))
+    # run.json keeps the prompt's length (and the verbalizer): the run predicts on its own.
+    assert {p["label"] for p in bertjax.load(workdir).predict(["a good film"])} <= {
+        "negative", "positive"}
 
 
 BAD = [

@@ -61,8 +61,8 @@ def parse_verbalizer(text: str) -> dict[str, str]:
     for index, what in ((0, "label"), (1, "word")):
         twice = sorted(k for k, n in collections.Counter(p[index] for p in pairs).items() if n > 1)
         if twice:
-            raise UserError(f"finetune.verbalizer gives the {what}(s) {', '.join(map(repr, twice))} "
-                            "more than once")
+            listed = ", ".join(map(repr, twice))
+            raise UserError(f"finetune.verbalizer gives the {what}(s) {listed} more than once")
     return dict(pairs)
 
 

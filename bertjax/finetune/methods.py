@@ -20,7 +20,8 @@ from bertjax.errors import UserError, check_choice
 from bertjax.finetune import cloze
 
 METHODS = ("full", "adapter", "lora", "cloze", "soft_prompt")
-IMPLEMENTED = ("full", "cloze", "soft_prompt")  # the trainer's own list; a method lands here with its implementation
+# The trainer's own list; a method lands here with its implementation.
+IMPLEMENTED = ("full", "cloze", "soft_prompt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,8 @@ class MethodSettings:
     @property
     def cloze(self) -> bool:
         """Whether labels are scored by the MLM head at the template's [MASK]."""
-        return self.name == "cloze" or (self.name == "soft_prompt" and bool(self.verbalizer.strip()))
+        with_verbalizer = self.name == "soft_prompt" and bool(self.verbalizer.strip())
+        return self.name == "cloze" or with_verbalizer
 
     @property
     def prompt(self) -> int:

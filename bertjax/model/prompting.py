@@ -89,10 +89,11 @@ class ClozeClassifier(nn.Module):
 def prompt_token_ids(tokens: list[str], special: set[int], length: int, seed: int) -> np.ndarray:
     """`length` ids of whole words among the first INIT_WORDS of the vocabulary (`tokens`, in id
     order), drawn without replacement by `seed`: Lester et al.'s "sampled vocabulary" start,
-    which trains far better than random vectors, the prompt then lying where the embedding
-    LayerNorm expects words."""
-    words = [i for i, t in enumerate(tokens) if i not in special and t.lstrip("\u2581").isalpha()
-             and not t.startswith("[")][:INIT_WORDS]
+    which they found to train better than random vectors (the prompt then lies where the embedding
+    LayerNorm expects words)."""
+    # Whole words: no "##" continuation, no [unused] slot; SentencePiece's word marker ignored.
+    words = [i for i, t in enumerate(tokens)
+             if i not in special and t.lstrip("\u2581").isalpha()][:INIT_WORDS]
     if not words:
         words = [i for i in range(len(tokens)) if i not in special]
     rng = np.random.default_rng(seed)

@@ -148,7 +148,8 @@ def _check_method(method: MethodSettings, task: str, freeze_encoder: bool,
         if method.name == "soft_prompt":
             what += " with a verbalizer"
     elif method.name == "soft_prompt":
-        allowed, what = ("finetune_classification", "finetune_regression"), "finetune.method=soft_prompt"
+        allowed = ("finetune_classification", "finetune_regression")
+        what = "finetune.method=soft_prompt"
     else:
         allowed, what = (task,), ""
     if task not in allowed:

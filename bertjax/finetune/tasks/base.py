@@ -118,7 +118,8 @@ class Task(abc.ABC):
         """Predictions: a list of JSON records (one per example), or a JSON object (QA)."""
 
     def heads_info(self) -> dict:
-        prompt = {"prompt_length": self.settings.prompt_length} if self.settings.prompt_length else {}
+        length = self.settings.prompt_length
+        prompt = {"prompt_length": length} if length else {}
         return {"head": self.head, "num_labels": len(self.labels), "labels": self.labels,
                 "crf": False, **prompt}
 
