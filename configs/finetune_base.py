@@ -53,9 +53,10 @@ def get_config() -> ml_collections.ConfigDict:
     config.finetune.lora_rank = 8           # lora: rank, scale alpha / rank, dropout on its input
     config.finetune.lora_alpha = 16.0
     config.finetune.lora_dropout = 0.0
-    config.finetune.prompt_length = 20      # soft_prompt: trainable vectors before the input
-    config.finetune.template = "{text} It was [MASK]."  # cloze: one [MASK]
-    config.finetune.verbalizer = ""         # cloze: "label:word,..." (one vocabulary token each)
+    config.finetune.prompt_length = 20      # soft_prompt: trainable vectors after [CLS]
+    # cloze (and soft_prompt given a verbalizer): one [MASK], {text} (and {text_pair}) filled in
+    config.finetune.template = "{text} It was [MASK]."
+    config.finetune.verbalizer = ""         # "label:word,..." (one vocabulary token each)
 
     config.data = ml_collections.ConfigDict()
     # Files (or packaged:NAME:SPLIT, tfds:NAME:SPLIT); eval picks the best checkpoint.
@@ -76,6 +77,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.tokenizer = ""              # empty: the init checkpoint's
     config.data.max_seq_len = 128
     config.data.max_train_examples = 0      # 0: all
+    config.data.max_train_examples_per_class = 0  # few-shot: a fixed k per label; 0: all
     config.data.max_eval_examples = 0
     config.data.doc_stride = 128            # QA
     config.data.max_query_length = 64       # QA
@@ -83,7 +85,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.tfds_data_dir = ""
 
     config.train = ml_collections.ConfigDict()
-    config.train.epochs = 3
+    config.train.epochs = 3                 # 0 (steps 0): evaluate the start only (zero-shot)
     config.train.steps = 0                  # 0: epochs x steps per epoch
     config.train.batch_size = 32            # global
     config.train.eval_batch_size = 0        # 0: batch_size

@@ -87,19 +87,21 @@ def truncate_pair(a: np.ndarray, b: np.ndarray | None, budget: int
 
 
 def encode_sentences(tokenizer: Tokenizer, examples: Sequence[TextExample], max_seq_len: int,
-                     labels: np.ndarray) -> Features:
-    """Sentence (pair) features; `labels` [N] (ids or scores) becomes `label`."""
+                     labels: np.ndarray, prompt_length: int = 0) -> Features:
+    """Sentence (pair) features; `labels` [N] (ids or scores) becomes `label`. `prompt_length`
+    slots after [CLS] are reserved for soft-prompt vectors (placeholder ids, input_mask 1)."""
     firsts = tokenizer.encode_batch([e.text for e in examples])
     paired = examples[0].text_pair is not None
     seconds = tokenizer.encode_batch([e.text_pair for e in examples]) if paired else None
-    budget = max_seq_len - (3 if paired else 2)
+    budget = max_seq_len - (3 if paired else 2) - prompt_length
     ids, segments, counts = [], [], collections.Counter()
     for i, first in enumerate(firsts):
         a, b, cut = truncate_pair(first, seconds[i] if paired else None, budget)
         counts["example(s) truncated to max_seq_len"] += cut
         row_ids, row_segments = assemble(tokenizer, a, b)
-        ids.append(row_ids)
-        segments.append(row_segments)
+        slots = [tokenizer.special.pad] * prompt_length
+        ids.append(row_ids[:1] + slots + row_ids[1:])
+        segments.append([0] * prompt_length + row_segments)
     arrays = {"input_ids": _pad(ids, max_seq_len), "segment_ids": _pad(segments, max_seq_len),
               "input_mask": _pad([[1] * len(r) for r in ids], max_seq_len),
               "label": np.asarray(labels), "weight": np.ones(len(examples), np.float32)}

@@ -4,8 +4,10 @@
     adapter      Houlsby bottleneck adapters after attention and feed-forward (+ LayerNorms, head)
     lora         low-rank updates of the query and value projections (+ head)
     cloze        the whole model through the pretrained MLM head: a template with one [MASK] and
-                 a verbalizer word per label (PET)
-    soft_prompt  trainable prompt vectors before the input embeddings, everything else frozen
+                 a verbalizer word per label (PET); classification only
+    soft_prompt  prompt_length trainable vectors after [CLS] in the input embeddings, the
+                 encoder frozen; the head trains: the [CLS] classifier, or, given a verbalizer,
+                 the MLM head scoring the template's [MASK] as in cloze
 
 The switch is read here once; the methods themselves live with the model and the trainer.
 """
@@ -15,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 
 from bertjax.errors import UserError, check_choice
+from bertjax.finetune import cloze
 
 METHODS = ("full", "adapter", "lora", "cloze", "soft_prompt")
-IMPLEMENTED = ("full",)  # the trainer's own list; a method lands here with its implementation
+# The trainer's own list; a method lands here with its implementation.
+IMPLEMENTED = ("full", "cloze", "soft_prompt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,24 @@ class MethodSettings:
                                 f"{self.lora_dropout}")
         if self.name == "soft_prompt" and self.prompt_length <= 0:
             raise UserError(f"finetune.prompt_length must be positive, got {self.prompt_length}")
+        if self.name == "cloze" and not self.verbalizer.strip():
+            raise UserError("finetune.method=cloze needs finetune.verbalizer, one vocabulary word "
+                            "per label: e.g. --config.finetune.verbalizer="
+                            "negative:terrible,positive:great")
+        if self.cloze:
+            cloze.parse_template(self.template)
+            cloze.parse_verbalizer(self.verbalizer)
+
+    @property
+    def cloze(self) -> bool:
+        """Whether labels are scored by the MLM head at the template's [MASK]."""
+        with_verbalizer = self.name == "soft_prompt" and bool(self.verbalizer.strip())
+        return self.name == "cloze" or with_verbalizer
+
+    @property
+    def prompt(self) -> int:
+        """The soft prompt's length (0: none)."""
+        return self.prompt_length if self.name == "soft_prompt" else 0
 
 
 def read(finetune_config) -> MethodSettings:

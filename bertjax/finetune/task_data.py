@@ -10,7 +10,7 @@ import numpy as np
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.errors import UserError
 from bertjax.finetune import readers
-from bertjax.finetune.tasks import Task, TaskSettings, task_class
+from bertjax.finetune.tasks import Task, TaskSettings, make_task, task_class
 from bertjax.settings.finetune import FinetuneSettings
 
 
@@ -35,6 +35,20 @@ def _limited(examples: list, limit: int) -> list:
     return [examples[i] for i in chosen]
 
 
+def _per_class(examples: list, k: int) -> list:
+    """A fixed sample of `k` examples of each label (fewer where a label has fewer), in file
+    order: the few-shot training sets of PET (16, 32, 64 ... per class)."""
+    if not k:
+        return examples
+    rng = np.random.default_rng(0)
+    by_label: dict = {}
+    for i, example in enumerate(examples):
+        by_label.setdefault(example.label, []).append(i)
+    chosen = [i for label in sorted(by_label, key=str) for i in
+              rng.permutation(by_label[label])[:k]]
+    return [examples[i] for i in sorted(chosen)]
+
+
 def declared_labels(s: FinetuneSettings, cls: type[Task]) -> TaskSettings:
     """The task settings, with the label order the training source declares (a TFDS ClassLabel's
     names, in index order, not sorted) when data.labels is empty."""
@@ -52,10 +66,12 @@ def read_task_data(s: FinetuneSettings, tokenizer: Tokenizer) -> TaskData:
         source = s.data.source(path, labeled=True, regression=cls.regression)
         return readers.read(source, cls.kind)
 
-    train_examples = _limited(read(s.data.train), s.data.max_train_examples)
+    train_examples = _limited(_per_class(read(s.data.train), s.data.max_train_examples_per_class),
+                              s.data.max_train_examples)
     eval_examples = _limited(read(s.data.eval), s.data.max_eval_examples)
     task_settings = declared_labels(s, cls)
-    task = cls(task_settings, cls.labels_from(train_examples, task_settings))
+    task = make_task(s.task, task_settings, cls.labels_from(train_examples, task_settings),
+                     tokenizer)
     train_features = task.featurize(tokenizer, train_examples, s.data.train, training=True)
     eval_features = task.featurize(tokenizer, eval_examples, s.data.eval, training=False)
     if not len(train_features):

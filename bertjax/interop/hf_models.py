@@ -89,6 +89,9 @@ def _finetuned_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> H
     if head not in FINETUNE_CLASSES:
         raise UserError(f"cannot export the fine-tuning head {head!r} to Hugging Face; known "
                         f"heads: {', '.join(FINETUNE_CLASSES)}")
+    if heads.get("prompt_length") or "soft_prompt" in params:
+        raise UserError("a soft-prompt run has no Hugging Face counterpart (its prompt vectors "
+                        "would be lost); export it with --format params")
     architecture, layer, pooled = FINETUNE_CLASSES[head]
     if layer not in params or "encoder" not in params:
         raise UserError(f"the {head} checkpoint has no encoder/{layer} parameters")

@@ -89,6 +89,8 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
                 [os.path.join(workdir, f"restart_{k}") for k in range(s.train.restarts)])
     fresh = any(not loading.checkpoint_steps(w) for w in workdirs)
     start = starting_point(s, with_params=fresh)
+    if s.method.cloze and fresh:
+        _check_mlm_head(s, start.source)
     data = read_task_data(s, start.tokenizer)
     with common.stop_requests() as stop:
         if s.train.restarts == 1:
@@ -96,10 +98,24 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
         return train_restarts(s, start, data, workdir, stop)
 
 
+def _check_mlm_head(s: FinetuneSettings, source: loading.Loaded | None) -> None:
+    """Cloze scores with the init checkpoint's MLM head: refused without one, and said when it
+    was never pretrained (an import of an encoder-only model fills it in fresh)."""
+    if source is None or "mlm" not in (source.params or {}):
+        raise UserError(f"finetune.method={s.method.name} with a verbalizer scores labels with the "
+                        f"pretrained MLM head, and {s.init_checkpoint or 'a model from scratch'} "
+                        "has none; start from a pretraining workdir or a model with its MLM head")
+    fresh = [part for part in source.record.get("initialized", []) if "MLM" in part]
+    if fresh and jax.process_index() == 0:
+        print(f"note: {s.init_checkpoint} has no pretrained MLM head (it was initialized at "
+              "import): the cloze scores start from a fresh head, so zero-shot accuracy is "
+              "chance", file=sys.stderr)
+
+
 def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int,
             tokenizer_dir: str) -> tuple[dict, dict]:
     """(compared, info) of run.json."""
-    compared = {"task": s.task, "model": layout_of(start.encoder),
+    compared = {"task": s.task, "method": s.method.name, "model": layout_of(start.encoder),
                 "heads": data.task.heads_info()}
     info = {"encoder": dataclasses.asdict(start.encoder), "tokenizer_dir": tokenizer_dir,
             "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",

@@ -8,10 +8,12 @@ import sys
 import time
 
 import jax
+import numpy as np
 
 from bertjax.atomic_files import write_json
 from bertjax.finetune import evaluation, readers
 from bertjax.finetune.batches import EpochBatches, process_share
+from bertjax.model import prompting
 from bertjax.parallel import partitioning
 from bertjax.train import loop, warm_start
 from bertjax.train.checkpoint import Checkpointer
@@ -70,19 +72,23 @@ class FinetuneRun:
         """Restores the newest readable checkpoint, or initializes (loading the encoder)."""
         s, mesh = self.s, self.mesh
         model = self.task.model(start.encoder, s.freeze_encoder)
-        optimizer = make_optimizer(s.optimizer_config(self.total))
-        if s.freeze_encoder:
+        optimizer = make_optimizer(s.optimizer_config(max(self.total, 1)))
+        if s.freeze_encoder or s.method.prompt:  # a soft prompt trains only itself and the head
             optimizer = freeze_encoder(optimizer)
         shapes = batch_shapes(self.data.train_features.arrays, s.train.batch_size,
                               partitioning.batch_sharding(mesh))
         warm = None
         if start.source is not None and start.source.params is not None:
             def warm(params, shardings):
-                return warm_start.load_encoder(
+                params = warm_start.load_encoder(
                     s.init_checkpoint, start.source.params, params, shardings,
                     s.reinit_top_layers, start.encoder.num_layers,
                     trained_pooler=warm_start.pooler_was_trained(
-                        start.source.heads, start.source.record.get("initialized", [])))
+                        start.source.heads, start.source.record.get("initialized", [])),
+                    heads=("mlm",) if s.method.cloze else ())
+                if s.method.prompt:
+                    params = _vocabulary_prompt(params, shardings, start.tokenizer, self.seed)
+                return params
         begun = common.restore_or_init(model, optimizer, shapes, mesh, self.seed,
                                        self.checkpointer, warm)
         self.state, self.start_step = begun.state, begun.step
@@ -91,20 +97,25 @@ class FinetuneRun:
             if self.is_main:
                 truncate_after(self.workdir, begun.step)
                 print(f"resuming from step {begun.step} of {self.total}", file=sys.stderr)
+        self.trainable = param_count(self.state.params) - (
+            param_count(self.state.params["encoder"])
+            if s.freeze_encoder or s.method.prompt else 0)
         if self.is_main:
             d = self.data
             readers.report_counts(s.data.train, d.counted["train"])
             readers.report_counts(s.data.eval, d.counted["eval"])
-            print(f"{s.task}: {len(d.train_examples)} training examples "
+            print(f"{s.task} ({s.method.name}): {len(d.train_examples)} training examples "
                   f"({len(d.train_features)} rows), {len(d.eval_examples)} dev; "
-                  f"{param_count(self.state.params):,} parameters; {self.total} steps "
-                  f"({self.steps_per_epoch} per epoch); mesh {dict(mesh.shape)}",
-                  file=sys.stderr)
-        step = make_train_step(model, optimizer, mesh, begun.shardings,
-                               accumulation_steps=s.train.accumulation_steps,
-                               objective=self.task.objective)
-        self.compiled = compile_step(step, begun.abstract, shapes,
-                                     name="fine-tuning train step", verbose=self.is_main)
+                  f"{param_count(self.state.params):,} parameters, {self.trainable:,} trained; "
+                  f"{self.total} steps ({self.steps_per_epoch} per epoch); mesh "
+                  f"{dict(mesh.shape)}", file=sys.stderr)
+        self.compiled = None
+        if self.total:
+            step = make_train_step(model, optimizer, mesh, begun.shardings,
+                                   accumulation_steps=s.train.accumulation_steps,
+                                   objective=self.task.objective)
+            self.compiled = compile_step(step, begun.abstract, shapes,
+                                         name="fine-tuning train step", verbose=self.is_main)
         return model, begun.shardings
 
     def save(self, step: int, state, metrics=None) -> None:
@@ -134,6 +145,10 @@ class FinetuneRun:
             self.save(step, state, metrics)
 
     def loop(self, stop) -> int:
+        if not self.total:  # train.epochs=0: the starting point is evaluated and kept (zero-shot)
+            self.end_of_epoch(0, self.state, None)
+            self.state = None
+            return 0
         hooks = [self.logger, loop.Every(self.steps_per_epoch, self.end_of_epoch)]
         if self.s.train.checkpoint_every:
             hooks.append(loop.Every(self.s.train.checkpoint_every, self.mid_epoch_checkpoint,
@@ -156,7 +171,8 @@ class FinetuneRun:
         record, task, d = self.record, self.task, self.data
         best_step = record["best_step"] if record["best_step"] is not None else self.total
         results = {
-            "finished": True, "task": self.s.task, "head": task.head, "labels": task.labels,
+            "finished": True, "task": self.s.task, "method": self.s.method.name,
+            "head": task.head, "labels": task.labels, "trained_parameters": self.trainable,
             "main_metric": task.main_metric, "best_metric": record["best_metric"],
             "best_step": best_step, "best_epoch": self._epoch(best_step),
             "eval": record["best"], "history": record["history"], "steps": self.total,
@@ -178,3 +194,18 @@ class FinetuneRun:
     def close(self) -> None:
         self.writer.close()
         self.checkpointer.close()
+
+
+def _vocabulary_prompt(params, shardings, tokenizer, seed: int):
+    """The soft prompt started as the loaded embeddings of sampled vocabulary words."""
+    special = set(tokenizer.special.as_array().tolist())
+    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+    length = params[prompting.PROMPT]["embeddings"].shape[0]
+    ids = prompting.prompt_token_ids(tokens, special, length, seed)
+    words = np.asarray(jax.device_get(params["encoder"]["embeddings"]["word_embeddings"]))
+    vectors = jax.device_put(words[ids].astype(words.dtype),
+                             shardings[prompting.PROMPT]["embeddings"])
+    if jax.process_index() == 0:
+        print(f"the soft prompt starts as the embeddings of {', '.join(tokenizer.tokens(ids[:8]))}"
+              f"{' ...' if len(ids) > 8 else ''}", file=sys.stderr)
+    return {**params, prompting.PROMPT: {"embeddings": vectors}}

@@ -8,7 +8,8 @@ classification {"id", "label", "probabilities"}, regression {"id", "score"}, tok
 classification {"id", "words", "tags"}; for QA, DIR/predictions.json maps each question id to its
 answer text (the official SQuAD evaluation script's input). Labels in PATH are ignored. An
 existing OUT is never overwritten. Features and decoding use the trained run's settings (run.json:
-labels, CRF, max_seq_len, label_all_subwords, QA windows), not the config's.
+labels, CRF, max_seq_len, label_all_subwords, QA windows, soft prompt, cloze template and
+verbalizer), not the config's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from bertjax.atomic_files import write_text
 from bertjax.errors import UserError
 from bertjax.finetune import evaluation, readers
 from bertjax.finetune.batches import process_share
-from bertjax.finetune.tasks import TaskSettings, task_class
+from bertjax.finetune.tasks import TaskSettings, make_task, task_class
 from bertjax.finetune.tasks.base import RECORDED_SETTINGS
 from bertjax.settings.finetune import FinetuneSettings
 from bertjax.train.state import abstract_train_state
@@ -104,8 +105,9 @@ def predict_examples(loaded: loading.Loaded, task_settings: TaskSettings, exampl
     """A fine-tuned model's predictions for `examples` (the task's own format: a list, or for QA
     a dict of answers), with the task settings it was trained with. Shared by predict mode and
     `bertjax.load(...).predict`."""
-    task = task_class(loaded.record["task"])(task_settings, list(task_settings.labels))
-    features = task.featurize(loaded.tokenizer(), examples, where, training=False)
+    tokenizer = loaded.tokenizer()
+    task = make_task(loaded.record["task"], task_settings, list(task_settings.labels), tokenizer)
+    features = task.featurize(tokenizer, examples, where, training=False)
     # Only now, past the refusals: a refused command prints one line.
     if note:
         print(note, file=sys.stderr)

@@ -127,7 +127,11 @@ class Embeddings(nn.Module):
         self.layer_norm = layer_norm(cfg, "layer_norm")
         self.dropout = nn.Dropout(cfg.hidden_dropout)
 
-    def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool) -> Array:
+    def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool,
+                 prompt: Array | None = None) -> Array:
+        """`prompt` [N, H]: soft-prompt vectors that take the word embeddings' place at positions
+        1..N (slots the featurization reserved after [CLS]); position and segment embeddings are
+        added to them as to any token."""
         length = input_ids.shape[1]
         if length > self.config.max_position_embeddings:
             raise UserError(f"sequence length {length} exceeds model.max_position_embeddings "
@@ -139,8 +143,14 @@ class Embeddings(nn.Module):
         types = nn.with_logical_constraint(self.token_type_embeddings, (None, None))
         positions = nn.with_logical_constraint(self.position_embeddings, (None, None))
         # Summed in fp32 and in Hugging Face's order, (word + type) + position.
-        x = (jnp.take(words, input_ids, axis=0).astype(f32)
-             + jnp.take(types, segment_ids, axis=0).astype(f32))
+        word = jnp.take(words, input_ids, axis=0).astype(f32)
+        if prompt is not None:
+            n = prompt.shape[0]
+            if n + 2 > length:
+                raise UserError(f"a soft prompt of {n} vectors needs more than {length} positions")
+            vectors = jnp.broadcast_to(prompt.astype(f32)[None], (word.shape[0], *prompt.shape))
+            word = jnp.concatenate([word[:, :1], vectors, word[:, 1 + n:]], axis=1)
+        x = word + jnp.take(types, segment_ids, axis=0).astype(f32)
         x = x + positions[None, :length].astype(f32)
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
         return nn.with_logical_constraint(x.astype(self.config.dtype), HIDDEN_AXES)
@@ -262,8 +272,9 @@ class Encoder(nn.Module):
         self.pooler = dense(cfg, cfg.hidden_size, ("embed", None), "pooler")
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, *,
-                 deterministic: bool = True) -> EncoderOutput:
-        x = self.embeddings(input_ids, segment_ids, deterministic)
+                 deterministic: bool = True, prompt: Array | None = None) -> EncoderOutput:
+        """`prompt`: soft-prompt vectors for the embeddings (see Embeddings)."""
+        x = self.embeddings(input_ids, segment_ids, deterministic, prompt)
         mask = input_mask.astype(bool)[:, None, None, :]
         embedded = x
         if self.config.scan_layers:

@@ -2,7 +2,8 @@
 
     SequenceClassifier  {"encoder", "classifier": {"kernel" [H, C], "bias" [C]}}
                         pooled output -> dropout -> dense (BertForSequenceClassification;
-                        regression is C = 1)
+                        regression is C = 1); with `prompt_length` also "soft_prompt" and a
+                        frozen encoder (bertjax.model.prompting)
     TokenClassifier     {"encoder", "classifier": {"kernel" [H, C], "bias" [C]}
                          (+ "crf": {"transitions" [C, C], "start_transitions" [C],
                                     "end_transitions" [C]})}
@@ -23,7 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.model import crf
+from bertjax.model import crf, prompting
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder, EncoderOutput, dense, zeros_init
 
@@ -52,11 +53,15 @@ class SequenceClassifier(nn.Module):
     config: EncoderConfig
     num_labels: int
     freeze_encoder: bool = False
+    prompt_length: int = 0
 
     @nn.compact
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool = True) -> dict:
         cfg = self.config
-        encoded = _encode(cfg, batch, deterministic, self.freeze_encoder)
+        if self.prompt_length:
+            encoded, _ = prompting.encode(cfg, batch, deterministic, self.prompt_length)
+        else:
+            encoded = _encode(cfg, batch, deterministic, self.freeze_encoder)
         pooled = nn.Dropout(cfg.hidden_dropout)(encoded.pooled, deterministic=deterministic)
         return {"logits": _head(cfg, self.num_labels, "classifier")(pooled.astype(jnp.float32))}
 

@@ -8,7 +8,7 @@ import dataclasses
 import ml_collections
 
 from bertjax.errors import UserError
-from bertjax.finetune import methods
+from bertjax.finetune import cloze, methods
 from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
@@ -27,6 +27,7 @@ class DataSettings:
     columns: Columns
     tokenizer: str
     max_train_examples: int
+    max_train_examples_per_class: int  # classification: a fixed sample of k per label (few-shot)
     max_eval_examples: int
     tfds_data_dir: str | None
 
@@ -84,7 +85,14 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
         format=d.format.strip(),
         columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column),
         tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
+        max_train_examples_per_class=d.get("max_train_examples_per_class", 0),
         max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
+    if data.max_train_examples_per_class < 0:
+        raise UserError("data.max_train_examples_per_class must not be negative, got "
+                        f"{data.max_train_examples_per_class}")
+    if data.max_train_examples_per_class and config.task != "finetune_classification":
+        raise UserError("data.max_train_examples_per_class samples classes: it needs "
+                        f"task=finetune_classification, not {config.task}")
     train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
                           t.accumulation_steps, t.seed, t.restarts, t.log_every,
                           t.checkpoint_every)
@@ -101,10 +109,15 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
     if positive and labels and positive not in labels:
         raise UserError(f"data.positive_label {positive!r} is not one of data.labels "
                         f"({', '.join(labels)})")
+    method = methods.read(f)
+    _check_method(method, config.task, f.freeze_encoder, d.max_seq_len)
+    verbalizer = ",".join(f"{label}:{word}" for label, word in
+                          cloze.parse_verbalizer(method.verbalizer).items()) if method.cloze else ""
     task = TaskSettings(max_seq_len=d.max_seq_len, labels=labels, positive_label=positive,
                         main_metric=t.main_metric, all_subwords=f.label_all_subwords, crf=f.crf,
                         doc_stride=d.doc_stride, max_query_length=d.max_query_length,
-                        max_answer_length=d.max_answer_length)
+                        max_answer_length=d.max_answer_length, prompt_length=method.prompt,
+                        template=method.template if method.cloze else "", verbalizer=verbalizer)
     if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
         raise UserError(f"data.max_seq_len {d.max_seq_len} leaves no room for the context after "
                         f"a question of data.max_query_length {d.max_query_length} tokens")
@@ -119,11 +132,35 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
                         f"model.max_position_embeddings {model.max_position_embeddings}")
     init = config.init_checkpoint.strip()
     result = FinetuneSettings(config.task, config.mode, init, config.predict_output,
-                              f.reinit_top_layers, f.freeze_encoder, methods.read(f), data,
+                              f.reinit_top_layers, f.freeze_encoder, method, data,
                               train, task,
                               optimizer, fraction, model, mesh_settings(config.mesh))
     result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
     return result
+
+
+def _check_method(method: MethodSettings, task: str, freeze_encoder: bool,
+                  max_seq_len: int) -> None:
+    """The methods' limits that the config alone shows (the vocabulary and the labels are
+    checked once the data is read)."""
+    if method.cloze:
+        allowed, what = ("finetune_classification",), f"finetune.method={method.name}"
+        if method.name == "soft_prompt":
+            what += " with a verbalizer"
+    elif method.name == "soft_prompt":
+        allowed = ("finetune_classification", "finetune_regression")
+        what = "finetune.method=soft_prompt"
+    else:
+        allowed, what = (task,), ""
+    if task not in allowed:
+        raise UserError(f"{what} works with task={' or '.join(allowed)}, not {task}")
+    if freeze_encoder and method.name != "full":
+        raise UserError(f"finetune.freeze_encoder belongs to finetune.method=full; "
+                        f"method={method.name} decides itself what trains")
+    if method.prompt + 3 > max_seq_len:
+        raise UserError(f"finetune.prompt_length {method.prompt} leaves no room for text in "
+                        f"data.max_seq_len {max_seq_len} ([CLS], the prompt, a token and [SEP] "
+                        f"need {method.prompt + 3})")
 
 
 def _check_train(t: TrainSettings) -> None:
@@ -133,8 +170,6 @@ def _check_train(t: TrainSettings) -> None:
     for name in ("epochs", "steps", "log_every", "checkpoint_every"):
         if getattr(t, name) < 0:
             raise UserError(f"train.{name} must not be negative, got {getattr(t, name)}")
-    if t.epochs == 0 and t.steps == 0:
-        raise UserError("set train.epochs (or train.steps) to a positive number")
     if t.batch_size % t.accumulation_steps:
         raise UserError(f"train.batch_size {t.batch_size} is not divisible by "
                         f"train.accumulation_steps {t.accumulation_steps}")

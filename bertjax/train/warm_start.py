@@ -83,11 +83,14 @@ def load_params(source: str, source_params: dict, params: Any, shardings: Any,
 
 
 def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
-                 reinit_top_layers: int, num_layers: int, *, trained_pooler: bool = True) -> Any:
+                 reinit_top_layers: int, num_layers: int, *, trained_pooler: bool = True,
+                 heads: Sequence[str] = ()) -> Any:
     """`params` with the encoder of `source_params`, heads left fresh; the pooler too, when the
     source never trained it (RoBERTa's choice: the classifier then reads a fresh dense + tanh over
-    [CLS] rather than a pooler that is noise)."""
-    skip = ENCODER_ONLY + (() if trained_pooler else (f"^{UNTRAINED_POOLER}/",))
+    [CLS] rather than a pooler that is noise). `heads` names top-level subtrees loaded as well
+    (cloze keeps the pretrained MLM head, "mlm"); the caller checks that the source has them."""
+    only = ENCODER_ONLY if not heads else (rf"^(?!(encoder|{'|'.join(heads)})/)",)
+    skip = only + (() if trained_pooler else (f"^{UNTRAINED_POOLER}/",))
     merged, loaded, kept = merge(params, shardings, source_params, skip)
     if not trained_pooler and jax.process_index() == 0:
         print(f"the pooler of {source} was never trained (pretrained without NSP): initialized "
@@ -106,8 +109,10 @@ def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
     if jax.process_index() == 0:
         fresh = sorted({"/".join(n.split("/")[:1]) for n in kept})
         note = f" and the top {reinit_top_layers} layer(s) + pooler" if reinit_top_layers else ""
-        print(f"loaded the encoder ({len(loaded)} arrays) from {source}; initialized fresh: "
-              f"{', '.join(fresh)}{note}", file=sys.stderr)
+        what = " and ".join(["the encoder", *heads])
+        fresh_note = f"; initialized fresh: {', '.join(fresh)}{note}" if fresh or note else ""
+        print(f"loaded {what} ({len(loaded)} arrays) from {source}{fresh_note}",
+              file=sys.stderr)
     return merged
 
 

@@ -36,6 +36,11 @@ class TaskSettings:
     doc_stride: int = 128  # QA
     max_query_length: int = 64  # QA
     max_answer_length: int = 30  # QA, in tokens
+    # bertjax.finetune.methods: soft-prompt vectors after [CLS] (0: none); a verbalizer
+    # ("label:word,...") makes classification a cloze task scored at the template's [MASK].
+    prompt_length: int = 0
+    template: str = ""
+    verbalizer: str = ""
 
     def __post_init__(self):
         if self.max_seq_len < 8:
@@ -69,7 +74,7 @@ def parse_labels(text: str) -> tuple[str, ...]:
 # What a trained model's features and decoding depend on: stored in run.json ("task_settings")
 # and what predict mode uses, whatever the config says.
 RECORDED_SETTINGS = ("max_seq_len", "all_subwords", "doc_stride", "max_query_length",
-                     "max_answer_length")
+                     "max_answer_length", "prompt_length", "template", "verbalizer")
 
 
 class Task(abc.ABC):
@@ -96,7 +101,8 @@ class Task(abc.ABC):
     def objective(self) -> StepObjective: ...
 
     @abc.abstractmethod
-    def model(self, encoder: EncoderConfig, freeze_encoder: bool) -> nn.Module: ...
+    def model(self, encoder: EncoderConfig, freeze_encoder: bool) -> nn.Module:
+        """The model; a soft prompt (settings.prompt_length) implies a frozen encoder."""
 
     @abc.abstractmethod
     def featurize(self, tokenizer: Tokenizer, examples: Sequence, where: str, *,
@@ -112,8 +118,10 @@ class Task(abc.ABC):
         """Predictions: a list of JSON records (one per example), or a JSON object (QA)."""
 
     def heads_info(self) -> dict:
+        length = self.settings.prompt_length
+        prompt = {"prompt_length": length} if length else {}
         return {"head": self.head, "num_labels": len(self.labels), "labels": self.labels,
-                "crf": False}
+                "crf": False, **prompt}
 
     def recorded_settings(self) -> dict:
         """run.json's "task_settings" (beside "heads", which export reads and must not change)."""

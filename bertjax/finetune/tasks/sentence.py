@@ -21,7 +21,7 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _check_pairs(examples: Sequence[TextExample], where: str) -> None:
+def check_pairs(examples: Sequence[TextExample], where: str) -> None:
     paired = {e.text_pair is not None for e in examples}
     if len(paired) > 1:
         raise UserError(f"{where}: some examples have a second text and some do not")
@@ -45,15 +45,19 @@ class Classification(Task):
         return labels
 
     def model(self, encoder, freeze_encoder):
-        return SequenceClassifier(encoder, len(self.labels), freeze_encoder=freeze_encoder)
+        return SequenceClassifier(encoder, len(self.labels), freeze_encoder=freeze_encoder,
+                                  prompt_length=self.settings.prompt_length)
 
     def featurize(self, tokenizer, examples, where, *, training):
-        _check_pairs(examples, where)
+        check_pairs(examples, where)
+        return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len,
+                                      self.label_ids(examples, where),
+                                      self.settings.prompt_length)
+
+    def label_ids(self, examples, where: str) -> np.ndarray:
         if all(e.label is None for e in examples):
-            labels = np.zeros(len(examples), np.int32)  # prediction input
-        else:
-            labels = ids_of([e.label for e in examples], self.labels, where)
-        return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len, labels)
+            return np.zeros(len(examples), np.int32)  # prediction input
+        return ids_of([e.label for e in examples], self.labels, where)
 
     def evaluate(self, examples, features, outputs: Outputs) -> dict:
         gold = features.arrays["label"]
@@ -87,12 +91,14 @@ class Regression(Task):
         return ["score"]
 
     def model(self, encoder, freeze_encoder):
-        return SequenceClassifier(encoder, 1, freeze_encoder=freeze_encoder)
+        return SequenceClassifier(encoder, 1, freeze_encoder=freeze_encoder,
+                                  prompt_length=self.settings.prompt_length)
 
     def featurize(self, tokenizer, examples, where, *, training):
-        _check_pairs(examples, where)
+        check_pairs(examples, where)
         scores = np.asarray([0.0 if e.label is None else e.label for e in examples], np.float32)
-        return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len, scores)
+        return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len, scores,
+                                      self.settings.prompt_length)
 
     def evaluate(self, examples, features, outputs: Outputs) -> dict:
         gold = features.arrays["label"].astype(np.float64)
