@@ -10,7 +10,7 @@ import time
 import jax
 
 from bertjax.atomic_files import write_json
-from bertjax.finetune import evaluation
+from bertjax.finetune import distillation, evaluation
 from bertjax.finetune.batches import EpochBatches, process_share
 from bertjax.parallel import partitioning
 from bertjax.train import loop, warm_start
@@ -38,6 +38,7 @@ class FinetuneRun:
         self.started = time.perf_counter()
         self.is_main = jax.process_index() == 0
         self.task = data.task
+        self.objective = distillation.task_objective(self.task, s.distill)
         index, count = process_share(mesh)
         self.batches = EpochBatches(data.train_features.arrays, s.train.batch_size, seed,
                                     process_index=index, process_count=count)
@@ -58,7 +59,7 @@ class FinetuneRun:
             slice(index * eval_rows, (index + 1) * eval_rows))
         self.progress = loop.Progress(self.start_step, self.total, enabled=self.is_main)
         self.logger = LoggingHook(
-            self.writer, s.train.log_every, summarize=self.task.objective.summarize,
+            self.writer, s.train.log_every, summarize=self.objective.summarize,
             step_info=lambda step: {"epoch": self._epoch(step)},
             tokens_in_step=lambda _: s.train.batch_size * s.task_settings.max_seq_len,
             progress=self.progress)
@@ -100,7 +101,7 @@ class FinetuneRun:
                   file=sys.stderr)
         step = make_train_step(model, optimizer, mesh, begun.shardings,
                                accumulation_steps=s.train.accumulation_steps,
-                               objective=self.task.objective)
+                               objective=self.objective)
         self.compiled = compile_step(step, begun.abstract, shapes,
                                      name="fine-tuning train step", verbose=self.is_main)
         return model, begun.shardings

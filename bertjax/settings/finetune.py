@@ -8,7 +8,8 @@ import dataclasses
 import ml_collections
 
 from bertjax.errors import UserError
-from bertjax.finetune import methods
+from bertjax.finetune import distillation, methods
+from bertjax.finetune.distillation import DistillSettings
 from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
@@ -64,6 +65,7 @@ class FinetuneSettings:
     warmup_fraction: float
     model: ModelSpec
     mesh: MeshSettings
+    distill: DistillSettings | None = None  # a `distill` block: the student of a teacher run
 
     def optimizer_config(self, total_steps: int) -> OptimizerConfig:
         warmup = int(round(self.warmup_fraction * total_steps))
@@ -121,7 +123,11 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
     result = FinetuneSettings(config.task, config.mode, init, config.predict_output,
                               f.reinit_top_layers, f.freeze_encoder, methods.read(f), data,
                               train, task,
-                              optimizer, fraction, model, mesh_settings(config.mesh))
+                              optimizer, fraction, model, mesh_settings(config.mesh),
+                              distillation.read(config.get("distill"), config.task, crf=f.crf,
+                                                require_teacher=require_data,
+                                                init_checkpoint=init,
+                                                from_checkpoint=model.from_checkpoint))
     result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
     return result
 
