@@ -84,7 +84,8 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
     data = DataSettings(
         train=d.train.strip(), eval=d.eval.strip(), predict=d.predict.strip(),
         format=d.format.strip(),
-        columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column),
+        columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column,
+                        d.get("span_start_column", "start"), d.get("span_end_column", "end")),
         tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
         max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
     train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
@@ -106,7 +107,9 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
     task = TaskSettings(max_seq_len=d.max_seq_len, labels=labels, positive_label=positive,
                         main_metric=t.main_metric, all_subwords=f.label_all_subwords, crf=f.crf,
                         doc_stride=d.doc_stride, max_query_length=d.max_query_length,
-                        max_answer_length=d.max_answer_length)
+                        max_answer_length=d.max_answer_length,
+                        span_pooling=f.get("span_pooling", "mean"),
+                        qa_scorer=f.get("qa_scorer", "start_end"))
     if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
         raise UserError(f"data.max_seq_len {d.max_seq_len} leaves no room for the context after "
                         f"a question of data.max_query_length {d.max_query_length} tokens")
