@@ -3,6 +3,7 @@ positions exactly (subwords, punctuation), mean and attention pooling by hand, t
 learned end to end by a tiny model (above the majority type), the model API, bad input."""
 
 import collections
+import math
 import json
 import os
 
@@ -19,7 +20,8 @@ from bertjax.finetune import readers, spans
 from bertjax.finetune.datasets import entity_spans
 from bertjax.model import span_heads
 from bertjax.model.config import preset
-from test_finetune import compilation_cache, finetune, results, vocab_dir  # noqa: F401
+from test_finetune import (compilation_cache, finetune, results, vocab_dir,  # noqa: F401
+                          wiki_tasks)
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "new", "york", "##yo", "##rk", "-",
          "based", "un", "##believ", "##able", "!", ",", "mr", ".", "o", "'", "neil", "said",
@@ -190,3 +192,58 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path, vocab_dir, capsys):  #
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("bertjax: error:") and messages[case] in err[0], err
     assert not os.path.exists(workdir)
+
+
+def test_the_qa_span_scorer_equals_the_mlp_on_each_span_representation():
+    """SpanScorer's blockwise first layer and online softmax against the MLP applied to
+    [h_s; h_e; pooled] of every candidate span, built span by span."""
+    config = preset("tiny", vocab_size=30, num_layers=1, hidden_size=8, num_heads=2,
+                    intermediate_size=16, hidden_dropout=0.0, attention_dropout=0.0)
+    k = 3
+    batch = {"input_ids": jnp.asarray([[2, 7, 3, 8, 9, 10, 11, 3]]),
+             "segment_ids": jnp.asarray([[0, 0, 0, 1, 1, 1, 1, 1]]),
+             "input_mask": jnp.ones((1, 8), int),
+             "context_mask": jnp.asarray([[0, 0, 0, 1, 1, 1, 1, 0]])}
+    for pooling in ("mean", "attention"):
+        model = span_heads.SpanScorer(config, k, pooling=pooling)
+        params = jax.device_get(nn.meta.unbox(model.init(jax.random.PRNGKey(1), batch)["params"]))
+        params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+        got = np.asarray(model.apply({"params": params}, batch)["span_scores"][0])
+        from bertjax.model.encoder import Encoder
+
+        h = np.asarray(Encoder(config).apply(
+            {"params": params["encoder"]}, batch["input_ids"], batch["segment_ids"],
+            batch["input_mask"]).sequence, np.float64)[0]
+        a = (h @ params["span_attention"]["kernel"][:, 0] + params["span_attention"]["bias"][0]
+             if pooling == "attention" else np.zeros(8))
+        m, o = params["span_mlp"], params["span_score"]
+        for i in range(8):
+            for width in range(k):
+                j = i + width
+                if not (3 <= i and j <= 6):
+                    assert got[i, width] == span_heads.MASKED_LOGIT
+                    continue
+                w = np.exp(a[i:j + 1] - a[i:j + 1].max())
+                pooled = (w / w.sum()) @ h[i:j + 1]
+                pre = np.concatenate([h[i], h[j], pooled]) @ m["kernel"] + m["bias"]
+                gelu = 0.5 * pre * (1 + np.vectorize(math.erf)(pre / math.sqrt(2)))
+                expected = gelu @ o["kernel"][:, 0] + o["bias"][0]
+                assert got[i, width] == pytest.approx(expected, rel=1e-4, abs=1e-5), (i, width)
+
+
+def test_qa_with_the_span_scorer_learns(tmp_path, vocab_dir, wiki_tasks):  # noqa: F811
+    workdir = str(tmp_path / "wd")
+    assert finetune("finetune_qa", workdir, **{
+        "data.tokenizer": vocab_dir, "data.train": wiki_tasks["qa_train.json"],
+        "data.eval": wiki_tasks["qa_dev.json"], "data.max_seq_len": 96,
+        "data.max_query_length": 40, "data.doc_stride": 32, "data.max_answer_length": 8,
+        "data.max_eval_examples": 300, "train.epochs": 1, "finetune.qa_scorer": "span"}) == 0
+    r = results(workdir)
+    # Answering with the first context word scores about 0 here.
+    assert r["main_metric"] == "f1" and r["eval"]["f1"] > 30.0, r["history"]
+    run = json.load(open(os.path.join(workdir, "run.json")))
+    assert run["heads"]["head"] == "question_answering_span"
+    assert run["task_settings"]["qa_scorer"] == "span"
+    contexts = ["The bridge was opened in 1932 after six years of work."]
+    answers = api.load(workdir).predict(["When was the bridge opened?"], pairs=contexts)
+    assert set(answers) == {"0"} and answers["0"] in contexts[0]

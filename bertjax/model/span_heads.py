@@ -6,7 +6,8 @@ the span's tokens). Parameter layout:
                      "classifier": {"kernel" [3H, C], "bias" [C]}}
                     logits of the span (`span_start`, `span_end`: inclusive token positions)
     SpanScorer      {"encoder", ("span_attention"), "span_mlp": {"kernel" [3H, D], "bias" [D]},
-                     "span_score": {"kernel" [D, 1], "bias" [1]}}
+                     "span_score": {"kernel" [D, 1], "bias" [1]}}, D = H / 4 by default:
+                    score = dense(gelu([h_s; h_e; pooled] @ span_mlp))
                     QA: a score for every (start, start + k), k < max_answer_length
                     (`span_scores` [B, L, K], MASKED_LOGIT where either end is off the context)
 
@@ -111,7 +112,9 @@ class SpanScorer(nn.Module):
     config: EncoderConfig
     max_answer_length: int
     pooling: str = "mean"
-    mlp_size: int = 0  # 0: the hidden size
+    # 0: a quarter of the hidden size. Training keeps an [L, K, D] activation per window for the
+    # backward pass, so D is what the scorer's memory scales with.
+    mlp_size: int = 0
     freeze_encoder: bool = False
 
     @nn.compact
@@ -120,7 +123,7 @@ class SpanScorer(nn.Module):
         hidden = _encode(cfg, batch, deterministic, self.freeze_encoder).sequence
         hidden = nn.Dropout(cfg.hidden_dropout)(hidden.astype(jnp.float32),
                                                 deterministic=deterministic)
-        d = self.mlp_size or cfg.hidden_size
+        d = self.mlp_size or max(cfg.hidden_size // 4, 1)
         from_start, from_end, pooled_part = _SplitDense(cfg, d, name="span_mlp")(hidden)
         scores = (_head(cfg, 1, "span_attention")(hidden)[..., 0]
                   if self.pooling == "attention" else jnp.zeros(hidden.shape[:2]))
