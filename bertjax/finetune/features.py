@@ -41,6 +41,8 @@ class Features:
     # QA: per row, its example index, the word of each position (-1 off the context), and
     # whether this window is the one where that token has the most context.
     windows: "QAWindows | None" = None
+    # Span classification: the example of each row (examples whose span does not fit have none).
+    example: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrays["weight"])

@@ -8,6 +8,7 @@ devices and log windows add up exactly; zero-weight rows (batch padding) count n
     tagging         mean cross-entropy over tagged positions (label_mask)
     tagging + CRF   mean negative log-likelihood of the tag sequence, over examples
     spans           mean of the start and end cross-entropies over examples (context only)
+    span scores     mean cross-entropy of the answer among all candidate spans (QA span scorer)
 """
 
 from __future__ import annotations
@@ -93,8 +94,21 @@ def span_sums(outputs: Mapping, batch: Mapping) -> dict:
                      start_ok * end_ok)
 
 
+def span_score_sums(outputs: Mapping, batch: Mapping) -> dict:
+    """QA's span scorer: one softmax over every (start, length) cell of `span_scores` [B, L, K]
+    (cells off the context hold MASKED_LOGIT); rows whose answer is longer than K have weight 0
+    (the task's features), their clipped target is never counted."""
+    scores = outputs["span_scores"]
+    rows, length, k = scores.shape
+    start = batch["start_positions"].astype(jnp.int32)
+    width = jnp.clip(batch["end_positions"].astype(jnp.int32) - start, 0, k - 1)
+    nll, correct = _nll_and_correct(scores.reshape(rows, length * k), start * k + width)
+    return _weighted(nll, batch["weight"].astype(jnp.float32), correct)
+
+
 CLASSIFICATION = StepObjective(classification_sums, _example_weights, loss_from_sums, summarize)
 REGRESSION = StepObjective(regression_sums, _example_weights, loss_from_sums, summarize)
 TAGGING = StepObjective(tagging_sums, tagging_normalizers, loss_from_sums, summarize)
 CRF_TAGGING = StepObjective(crf_sums, _example_weights, loss_from_sums, summarize)
 SPANS = StepObjective(span_sums, _example_weights, loss_from_sums, summarize)
+SPAN_SCORES = StepObjective(span_score_sums, _example_weights, loss_from_sums, summarize)

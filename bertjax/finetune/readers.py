@@ -42,12 +42,25 @@ class TaggedExample:
     tags: list[str] | None = None
 
 
+@dataclasses.dataclass
+class SpanExample:
+    """A span of `text`, characters [start, end), and its label."""
+
+    id: str
+    text: str
+    start: int
+    end: int
+    label: str | None = None
+
+
 @dataclasses.dataclass(frozen=True)
 class Columns:
     text: str = "sentence"
     text_pair: str = ""  # empty: single sentences
     label: str = "label"
     id: str = ""  # empty: the row number
+    span_start: str = "start"  # span classification: character offsets, end exclusive
+    span_end: str = "end"
 
 
 @dataclasses.dataclass
@@ -71,7 +84,8 @@ def resolve_format(path: str, given: str, default: str) -> str:
 
 
 def read(source: Source, kind: str) -> list:
-    """Examples of `kind` ("text", "tagged" or "qa") from `source`; UserError when empty."""
+    """Examples of `kind` ("text", "tagged", "qa" or "span") from `source`; UserError when
+    empty."""
     if source.path.startswith(PACKAGED_PREFIX):
         from bertjax.finetune import datasets
 
@@ -81,9 +95,10 @@ def read(source: Source, kind: str) -> list:
     else:
         if not os.path.isfile(source.path):
             raise UserError(f"data file not found: {source.path}")
-        default = {"text": "tsv", "tagged": "conll", "qa": "squad"}[kind]
+        default = {"text": "tsv", "tagged": "conll", "qa": "squad", "span": "tsv"}[kind]
         fmt = resolve_format(source.path, source.format, default)
-        expected = {"text": ("tsv", "csv", "jsonl"), "tagged": ("conll",), "qa": ("squad",)}[kind]
+        expected = {"text": ("tsv", "csv", "jsonl"), "tagged": ("conll",), "qa": ("squad",),
+                    "span": ("tsv", "csv", "jsonl")}[kind]
         if fmt not in expected:
             raise UserError(f"{source.path}: format {fmt} cannot hold this task's examples "
                             f"(use {' or '.join(expected)})")
@@ -91,6 +106,8 @@ def read(source: Source, kind: str) -> list:
             examples = read_conll(source.path, labeled=source.labeled)
         elif fmt == "squad":
             examples = read_squad(source.path, labeled=source.labeled)
+        elif kind == "span":
+            examples = list(_span_examples(_rows(source.path, fmt), source))
         else:
             examples = list(_text_examples(_rows(source.path, fmt), source))
     if not examples:
@@ -163,6 +180,39 @@ def _text_examples(rows: Iterator[tuple[int, dict]], source: Source) -> Iterator
             text=_text(row[c.text], where, c.text),
             text_pair=_text(row[c.text_pair], where, c.text_pair) if c.text_pair else None,
             label=_label(row.get(c.label), where, source))
+
+
+def _span_examples(rows: Iterator[tuple[int, dict]], source: Source) -> Iterator[SpanExample]:
+    c = source.columns
+    for number, row in rows:
+        where = f"{source.path}:{number}"
+        for name in [c.text, c.span_start, c.span_end, *([c.id] if c.id else []),
+                     *([c.label] if source.labeled else [])]:
+            if name not in row:
+                raise UserError(f"{where}: no column {name!r} (columns: "
+                                f"{', '.join(map(str, row))}); set data.*_column")
+        text = _text(row[c.text], where, c.text)
+        start, end = (_offset(row[name], where, name) for name in (c.span_start, c.span_end))
+        check_span(text, start, end, where)
+        yield SpanExample(str(row[c.id]) if c.id else str(number), text, start, end,
+                          _label(row.get(c.label), where, source))
+
+
+def _offset(value, where: str, column: str) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.lstrip("-").isdigit():
+        raise UserError(f"{where}: column {column!r} is not a character offset: {value!r}")
+    return int(text)
+
+
+def check_span(text: str, start: int, end: int, where: str) -> None:
+    """Characters [start, end) must be a non-empty part of `text`."""
+    if start >= end:
+        raise UserError(f"{where}: the span's start {start} is not before its end {end} (end "
+                        "is exclusive)")
+    if start < 0 or end > len(text):
+        raise UserError(f"{where}: the span [{start}, {end}) is outside the text "
+                        f"({len(text)} characters)")
 
 
 def _text(value, where: str, column: str) -> str:

@@ -51,14 +51,16 @@ class StartingPoint:
     source: loading.Loaded | None
 
 
-def starting_point(s: FinetuneSettings, *, with_params: bool = True) -> StartingPoint:
-    """Refuses a tokenizer that does not fit the embeddings, or a model too short for the data."""
-    source = None
-    if s.model.from_checkpoint and not s.init_checkpoint:
+def starting_point(s: FinetuneSettings, *, with_params: bool = True,
+                   source: loading.Loaded | None = None) -> StartingPoint:
+    """Refuses a tokenizer that does not fit the embeddings, or a model too short for the data.
+    `source` stands for init_checkpoint when given (a distillation student's teacher layers)."""
+    if s.model.from_checkpoint and not (s.init_checkpoint or source):
         raise UserError("set config.init_checkpoint (a pretraining workdir or params export) "
                         "or, to train from scratch, a model.preset and data.tokenizer")
-    if s.init_checkpoint:
+    if source is None and s.init_checkpoint:
         source = (loading.load if with_params else loading.describe)(s.init_checkpoint)
+    if source is not None:
         recorded = source.require_encoder()
     else:
         recorded = None
@@ -88,10 +90,15 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
     workdirs = ([workdir] if s.train.restarts == 1 else
                 [os.path.join(workdir, f"restart_{k}") for k in range(s.train.restarts)])
     fresh = any(not loading.checkpoint_steps(w) for w in workdirs)
-    start = starting_point(s, with_params=fresh)
-    if s.method.cloze and fresh:
-        _check_mlm_head(s, start.source)
-    data = read_task_data(s, start.tokenizer)
+    if s.distill is not None:
+        from bertjax.jobs import distill
+
+        s, start, data = distill.prepare(s, fresh)
+    else:
+        start = starting_point(s, with_params=fresh)
+        if s.method.cloze and fresh:
+            _check_mlm_head(s, start.source)
+        data = read_task_data(s, start.tokenizer)
     with common.stop_requests() as stop:
         if s.train.restarts == 1:
             return train(s, start, data, workdir, s.train.seed, stop)
@@ -121,6 +128,8 @@ def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int
             "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
             "task_settings": data.task.recorded_settings()}
+    if s.distill is not None:
+        info["distill"] = dataclasses.asdict(s.distill)
     return compared, info
 
 

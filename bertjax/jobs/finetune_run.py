@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from bertjax.atomic_files import write_json
-from bertjax.finetune import evaluation, readers
+from bertjax.finetune import distillation, evaluation, readers
 from bertjax.finetune.batches import EpochBatches, process_share
 from bertjax.model import prompting
 from bertjax.parallel import partitioning
@@ -40,6 +40,7 @@ class FinetuneRun:
         self.started = time.perf_counter()
         self.is_main = jax.process_index() == 0
         self.task = data.task
+        self.objective = distillation.task_objective(self.task, s.distill)
         index, count = process_share(mesh)
         self.batches = EpochBatches(data.train_features.arrays, s.train.batch_size, seed,
                                     process_index=index, process_count=count)
@@ -60,7 +61,7 @@ class FinetuneRun:
             slice(index * eval_rows, (index + 1) * eval_rows))
         self.progress = loop.Progress(self.start_step, self.total, enabled=self.is_main)
         self.logger = LoggingHook(
-            self.writer, s.train.log_every, summarize=self.task.objective.summarize,
+            self.writer, s.train.log_every, summarize=self.objective.summarize,
             step_info=lambda step: {"epoch": self._epoch(step)},
             tokens_in_step=lambda _: s.train.batch_size * s.task_settings.max_seq_len,
             progress=self.progress)
@@ -113,7 +114,7 @@ class FinetuneRun:
         if self.total:
             step = make_train_step(model, optimizer, mesh, begun.shardings,
                                    accumulation_steps=s.train.accumulation_steps,
-                                   objective=self.task.objective)
+                                   objective=self.objective)
             self.compiled = compile_step(step, begun.abstract, shapes,
                                          name="fine-tuning train step", verbose=self.is_main)
         return model, begun.shardings

@@ -5,7 +5,8 @@
 
 Writes OUT (default DIR/predictions.jsonl): one JSON object per example, in input order:
 classification {"id", "label", "probabilities"}, regression {"id", "score"}, token
-classification {"id", "words", "tags"}; for QA, DIR/predictions.json maps each question id to its
+classification {"id", "words", "tags"}, span classification {"id", "start", "end", "span",
+"label", "probabilities"}; for QA, DIR/predictions.json maps each question id to its
 answer text (the official SQuAD evaluation script's input). Labels in PATH are ignored. An
 existing OUT is never overwritten. Features and decoding use the trained run's settings (run.json:
 labels, CRF, max_seq_len, label_all_subwords, QA windows, soft prompt, cloze template and
@@ -34,7 +35,7 @@ from bertjax.train.step import make_predict_step
 
 
 def _unlabeled(example):
-    if isinstance(example, readers.TextExample):
+    if isinstance(example, (readers.TextExample, readers.SpanExample)):
         return dataclasses.replace(example, label=None)
     if isinstance(example, readers.TaggedExample):
         return dataclasses.replace(example, tags=None)

@@ -8,7 +8,8 @@ import dataclasses
 import ml_collections
 
 from bertjax.errors import UserError
-from bertjax.finetune import cloze, methods
+from bertjax.finetune import cloze, distillation, methods
+from bertjax.finetune.distillation import DistillSettings
 from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
@@ -65,6 +66,7 @@ class FinetuneSettings:
     warmup_fraction: float
     model: ModelSpec
     mesh: MeshSettings
+    distill: DistillSettings | None = None  # a `distill` block: the student of a teacher run
 
     def optimizer_config(self, total_steps: int) -> OptimizerConfig:
         warmup = int(round(self.warmup_fraction * total_steps))
@@ -83,7 +85,8 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
     data = DataSettings(
         train=d.train.strip(), eval=d.eval.strip(), predict=d.predict.strip(),
         format=d.format.strip(),
-        columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column),
+        columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column,
+                        d.get("span_start_column", "start"), d.get("span_end_column", "end")),
         tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
         max_train_examples_per_class=d.get("max_train_examples_per_class", 0),
         max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
@@ -117,7 +120,9 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
                         main_metric=t.main_metric, all_subwords=f.label_all_subwords, crf=f.crf,
                         doc_stride=d.doc_stride, max_query_length=d.max_query_length,
                         max_answer_length=d.max_answer_length, prompt_length=method.prompt,
-                        template=method.template if method.cloze else "", verbalizer=verbalizer)
+                        template=method.template if method.cloze else "", verbalizer=verbalizer,
+                        span_pooling=f.get("span_pooling", "mean"),
+                        qa_scorer=f.get("qa_scorer", "start_end"))
     if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
         raise UserError(f"data.max_seq_len {d.max_seq_len} leaves no room for the context after "
                         f"a question of data.max_query_length {d.max_query_length} tokens")
@@ -134,7 +139,11 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
     result = FinetuneSettings(config.task, config.mode, init, config.predict_output,
                               f.reinit_top_layers, f.freeze_encoder, method, data,
                               train, task,
-                              optimizer, fraction, model, mesh_settings(config.mesh))
+                              optimizer, fraction, model, mesh_settings(config.mesh),
+                              distillation.read(config.get("distill"), config.task, crf=f.crf,
+                                                require_teacher=require_data,
+                                                init_checkpoint=init,
+                                                from_checkpoint=model.from_checkpoint))
     result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
     return result
 

@@ -10,6 +10,7 @@ from bertjax.finetune.tasks.base import Task, TaskSettings
 from bertjax.finetune.tasks.cloze import ClozeClassification
 from bertjax.finetune.tasks.qa import QuestionAnswering
 from bertjax.finetune.tasks.sentence import Classification, Regression
+from bertjax.finetune.tasks.span import SpanClassification
 from bertjax.finetune.tasks.tagging import TokenClassification
 
 TASKS: dict[str, type[Task]] = {
@@ -17,6 +18,7 @@ TASKS: dict[str, type[Task]] = {
     "finetune_regression": Regression,
     "finetune_token_classification": TokenClassification,
     "finetune_qa": QuestionAnswering,
+    "finetune_span_classification": SpanClassification,
 }
 
 

@@ -16,9 +16,10 @@ import flax.linen as nn
 import numpy as np
 
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import UserError
+from bertjax.errors import UserError, check_choice
 from bertjax.finetune.features import Features
 from bertjax.model.config import EncoderConfig
+from bertjax.model.span_heads import check_pooling
 from bertjax.train.objectives import StepObjective
 
 Outputs = dict[str, np.ndarray]  # the model's outputs for every feature row, on the host
@@ -41,6 +42,8 @@ class TaskSettings:
     prompt_length: int = 0
     template: str = ""
     verbalizer: str = ""
+    span_pooling: str = "mean"  # span classification and the QA span scorer: mean | attention
+    qa_scorer: str = "start_end"  # QA: start_end (start + end logits) | span (an MLP per span)
 
     def __post_init__(self):
         if self.max_seq_len < 8:
@@ -49,6 +52,8 @@ class TaskSettings:
             if getattr(self, name) < 1:
                 raise UserError(f"data.{name} must be positive, got {getattr(self, name)}")
         refuse_duplicate_labels(self.labels)
+        check_pooling(self.span_pooling)
+        check_choice("finetune.qa_scorer", self.qa_scorer, QA_SCORERS)
 
 
 def refuse_duplicate_labels(labels: Sequence[str]) -> None:
@@ -74,7 +79,9 @@ def parse_labels(text: str) -> tuple[str, ...]:
 # What a trained model's features and decoding depend on: stored in run.json ("task_settings")
 # and what predict mode uses, whatever the config says.
 RECORDED_SETTINGS = ("max_seq_len", "all_subwords", "doc_stride", "max_query_length",
-                     "max_answer_length", "prompt_length", "template", "verbalizer")
+                     "max_answer_length", "prompt_length", "template", "verbalizer",
+                     "span_pooling", "qa_scorer")
+QA_SCORERS = ("start_end", "span")
 
 
 class Task(abc.ABC):
