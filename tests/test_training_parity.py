@@ -22,13 +22,14 @@ import torch
 from transformers import (BertConfig, BertForPreTraining, BertForSequenceClassification,
                           Trainer, TrainingArguments, get_linear_schedule_with_warmup)
 
+from bertjax import loading
 from bertjax.finetune.tasks import TaskSettings
 from bertjax.finetune.tasks.sentence import Classification
 from bertjax.interop import hf_bert_config, hf_layout
 from bertjax.model.heads import BertForPretraining
 from bertjax.parallel.mesh import make_mesh
 from bertjax.settings import finetune as finetune_settings
-from bertjax.train import objectives
+from bertjax.train import objectives, warm_start
 from bertjax.train.optimizer import OptimizerConfig, decay_mask, make_optimizer
 from bertjax.train.state import TrainState, abstract_train_state
 from bertjax.train.step import make_train_step
@@ -219,10 +220,59 @@ def test_the_real_minilm_fine_tunes_as_in_transformers(minilm_dir, bert_vocab_pa
     hf = BertForSequenceClassification.from_pretrained(
         minilm_dir, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         dtype=torch.float32, attn_implementation="eager").train()
+    hf_initial = {k: v.numpy().copy() for k, v in hf.state_dict().items()}
     config = hf_bert_config.encoder_config_from_hf(hf.config.to_dict(), scan_layers=True)
     opt = recipe(learning_rate=1e-3, warmup_fraction=WARMUP).optimizer_config(TOTAL_STEPS)
     ours, theirs = run_classification(hf, config, classification_batches(bert_vocab_path), opt)
     assert_same_steps(ours, theirs, config, classifier=True)
+    # The fine-tuning job loads MiniLM's pooler too (it was trained), as transformers does.
+    source = loading.load(minilm_dir)
+    assert warm_start.pooler_was_trained(source.heads, source.record["initialized"])
+    np.testing.assert_array_equal(source.params["encoder"]["pooler"]["kernel"],
+                                  to_ours(hf_initial, config, classifier=True)["encoder"]
+                                  ["pooler"]["kernel"])
+
+
+@pytest.mark.parametrize("hidden,attention", [(1.0, 0.0), (0.0, 1.0)])
+def test_dropout_sits_where_transformers_puts_it(bert_vocab_path, hidden, attention):
+    """Dropout at rate 1 zeroes its input deterministically in both frameworks, so a training-mode
+    forward pass is reproducible and depends on where every dropout sits: after the embeddings'
+    LayerNorm, on the attention probabilities, after the attention and FFN output projections,
+    before the classifier (none in the pooler)."""
+    hf_config = BertConfig(vocab_size=30522, hidden_size=60, num_attention_heads=5,
+                           intermediate_size=90, num_hidden_layers=2, max_position_embeddings=64,
+                           num_labels=3, hidden_dropout_prob=hidden,
+                           attention_probs_dropout_prob=attention, attn_implementation="eager")
+    hf = BertForSequenceClassification(hf_config).train()
+    randomize(hf, seed=5)
+    config = hf_bert_config.encoder_config_from_hf(
+        {**hf_config.to_dict(), "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+        scan_layers=True)
+    # A config refuses rate 1 (nothing would train); set past its check for this probe.
+    object.__setattr__(config, "hidden_dropout", hidden)
+    object.__setattr__(config, "attention_dropout", attention)
+    model = Classification(TaskSettings(), ["a", "b", "c"]).model(config, False)
+    batch = classification_batches(bert_vocab_path)[0]
+    params = to_ours(hf.state_dict(), config, classifier=True)
+
+    @jax.jit
+    def forward(params, batch):
+        out, state = model.apply({"params": params}, batch, deterministic=False,
+                                 rngs={"dropout": jax.random.PRNGKey(0)},
+                                 capture_intermediates=lambda m, _: m.name == "encoder")
+        return out["logits"], state["intermediates"]["encoder"]["__call__"][0].sequence
+
+    logits, sequence = forward(params, batch)
+    with torch.no_grad():
+        want = hf(**torch_inputs(batch, 4), output_hidden_states=True)
+    mask = batch["input_mask"].astype(bool)
+    np.testing.assert_allclose(np.asarray(sequence)[mask],
+                               want.hidden_states[-1].numpy()[mask], **TOL)
+    np.testing.assert_allclose(logits, want.logits.numpy(), **TOL)
+    if hidden:  # the pooled output is dropped whole: the logits are the bias
+        np.testing.assert_array_equal(logits, np.broadcast_to(params["classifier"]["bias"],
+                                                              logits.shape))
+    assert np.abs(np.asarray(sequence)[mask]).max() > 0.1
 
 
 def pretraining_batches(vocab_path: str) -> list:
