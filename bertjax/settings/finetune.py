@@ -4,6 +4,7 @@ here, before any file is read or written."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import ml_collections
 
@@ -69,7 +70,9 @@ class FinetuneSettings:
     distill: DistillSettings | None = None  # a `distill` block: the student of a teacher run
 
     def optimizer_config(self, total_steps: int) -> OptimizerConfig:
-        warmup = int(round(self.warmup_fraction * total_steps))
+        # Rounded up, as transformers' Trainer does (TrainingArguments.get_warmup_steps): a
+        # fraction of a step still warms up, and both frameworks then apply the same rates.
+        warmup = min(math.ceil(total_steps * self.warmup_fraction), total_steps)
         try:
             return OptimizerConfig(total_steps=total_steps, warmup_steps=warmup, **self.optimizer)
         except TypeError as e:  # an optimizer key OptimizerConfig does not have
