@@ -37,6 +37,7 @@ from bertjax.jobs.run_directory import RunDirectory
 from bertjax.model.config import EncoderConfig
 from bertjax.settings.finetune import FinetuneSettings
 from bertjax.settings.shared import layout_of
+from bertjax.train import warm_start
 
 RESULTS_FILE = loading.RESULTS_FILE
 
@@ -67,7 +68,8 @@ def starting_point(s: FinetuneSettings, *, with_params: bool = True) -> Starting
                         "none; set --config.data.tokenizer to the vocabulary")
     tokenizer = (source.tokenizer(s.data.tokenizer) if source
                  else load_tokenizer(s.data.tokenizer))
-    encoder = s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad, recorded)
+    encoder = s.method.encoder(s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad,
+                                               recorded))
     if tokenizer.vocab_size != encoder.vocab_size:
         named = s.data.tokenizer or f"of {s.init_checkpoint}"
         raise UserError(f"vocabulary mismatch: the tokenizer {named} has "
@@ -97,15 +99,31 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
 
 
 def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int,
-            tokenizer_dir: str) -> tuple[dict, dict]:
+            tokenizer_dir: str, fresh: tuple[str, ...]) -> tuple[dict, dict]:
     """(compared, info) of run.json."""
     compared = {"task": s.task, "model": layout_of(start.encoder),
                 "heads": data.task.heads_info()}
     info = {"encoder": dataclasses.asdict(start.encoder), "tokenizer_dir": tokenizer_dir,
             "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
-            "task_settings": data.task.recorded_settings()}
+            "task_settings": data.task.recorded_settings(),
+            "method": {"name": s.method.name, "fresh": list(fresh)}}
     return compared, info
+
+
+def _fresh_encoder_parts(s: FinetuneSettings, start: StartingPoint, stored: dict
+                         ) -> tuple[str, ...]:
+    """Encoder subtrees the warm start initializes rather than loads (a pooler the init
+    checkpoint never trained), which a method that freezes the base trains all the same. Decided
+    once, when the run starts, and read back from run.json on resume (a resumed run may read
+    only the init checkpoint's records, which cannot always tell)."""
+    if "method" in stored:
+        return tuple(stored["method"].get("fresh", ()))
+    source = start.source
+    if not s.method.freezes_base or source is None:
+        return ()
+    trained = warm_start.pooler_was_trained(source.heads, source.record.get("initialized", []))
+    return () if trained else (warm_start.UNTRAINED_POOLER,)
 
 
 def train(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: str, seed: int,
@@ -117,14 +135,15 @@ def train(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: st
     run_dir = RunDirectory(workdir)
     done = loading.read_json(os.path.join(run_dir.path, RESULTS_FILE))
     tokenizer_dir = os.path.join(run_dir.path, "tokenizer")
-    compared, info = _record(s, start, data, seed, tokenizer_dir)
+    fresh = _fresh_encoder_parts(s, start, run_dir.stored)
+    compared, info = _record(s, start, data, seed, tokenizer_dir, fresh)
     run_dir.check(compared)
     if done.get("finished"):
         print(f"nothing to do: the run in {run_dir.path} has finished ({RESULTS_FILE})",
               file=sys.stderr)
         return done
     with run_dir:
-        run = FinetuneRun(s, start, data, run_dir.path, seed, mesh)
+        run = FinetuneRun(s, start, data, run_dir.path, seed, mesh, fresh)
         try:
             if common.stopped_before_start(stop):
                 return {"finished": False, "step": 0}

@@ -3,6 +3,8 @@ hooks: evaluation, the best checkpoint kept, results.json when it finishes."""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import sys
 import time
@@ -12,11 +14,12 @@ import jax
 from bertjax.atomic_files import write_json
 from bertjax.finetune import evaluation
 from bertjax.finetune.batches import EpochBatches, process_share
+from bertjax.model import adaptation
 from bertjax.parallel import partitioning
 from bertjax.train import loop, warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.compilation import compile_step
-from bertjax.train.freezing import freeze_encoder
+from bertjax.train.freezing import freeze_encoder, path_name, train_only
 from bertjax.train.logging_hook import LoggingHook
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer
@@ -32,9 +35,19 @@ def batch_shapes(arrays: dict, batch_size: int, sharding) -> dict[str, jax.Shape
                                       sharding=sharding) for key, value in arrays.items()}
 
 
+def _parameters(params, trains) -> str:
+    total = param_count(params)
+    if trains is None:
+        return f"{total:,} parameters"
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    trained = sum(math.prod(p.shape) for path, p in leaves if trains(path_name(path)))
+    return f"{total:,} parameters, {trained:,} trained ({100 * trained / total:.2f}%)"
+
+
 class FinetuneRun:
-    def __init__(self, s, start, data, workdir: str, seed: int, mesh):
+    def __init__(self, s, start, data, workdir: str, seed: int, mesh, fresh: tuple = ()):
         self.s, self.data, self.workdir, self.seed, self.mesh = s, data, workdir, seed, mesh
+        self.fresh = fresh  # encoder subtrees initialized, not loaded (see finetune.py)
         self.started = time.perf_counter()
         self.is_main = jax.process_index() == 0
         self.task = data.task
@@ -73,6 +86,10 @@ class FinetuneRun:
         optimizer = make_optimizer(s.optimizer_config(self.total))
         if s.freeze_encoder:
             optimizer = freeze_encoder(optimizer)
+        trains = None
+        if s.method.freezes_base:
+            trains = functools.partial(adaptation.trains, method=s.method.name, fresh=self.fresh)
+            optimizer = train_only(optimizer, trains)
         shapes = batch_shapes(self.data.train_features.arrays, s.train.batch_size,
                               partitioning.batch_sharding(mesh))
         warm = None
@@ -95,12 +112,12 @@ class FinetuneRun:
             d = self.data
             print(f"{s.task}: {len(d.train_examples)} training examples "
                   f"({len(d.train_features)} rows), {len(d.eval_examples)} dev; "
-                  f"{param_count(self.state.params):,} parameters; {self.total} steps "
+                  f"{_parameters(self.state.params, trains)}; {self.total} steps "
                   f"({self.steps_per_epoch} per epoch); mesh {dict(mesh.shape)}",
                   file=sys.stderr)
         step = make_train_step(model, optimizer, mesh, begun.shardings,
                                accumulation_steps=s.train.accumulation_steps,
-                               objective=self.task.objective)
+                               objective=self.task.objective, trains=trains)
         self.compiled = compile_step(step, begun.abstract, shapes,
                                      name="fine-tuning train step", verbose=self.is_main)
         return model, begun.shardings
