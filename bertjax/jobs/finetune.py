@@ -34,6 +34,7 @@ from bertjax.finetune.task_data import TaskData, read_task_data
 from bertjax.jobs import common
 from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.jobs.run_directory import RunDirectory
+from bertjax.model import adaptation
 from bertjax.model.config import EncoderConfig
 from bertjax.settings.finetune import FinetuneSettings
 from bertjax.settings.shared import layout_of
@@ -70,6 +71,8 @@ def starting_point(s: FinetuneSettings, *, with_params: bool = True) -> Starting
                  else load_tokenizer(s.data.tokenizer))
     encoder = s.method.encoder(s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad,
                                                recorded))
+    if recorded is not None:
+        _adapted_source(s, source, recorded, encoder)
     if tokenizer.vocab_size != encoder.vocab_size:
         named = s.data.tokenizer or f"of {s.init_checkpoint}"
         raise UserError(f"vocabulary mismatch: the tokenizer {named} has "
@@ -80,6 +83,18 @@ def starting_point(s: FinetuneSettings, *, with_params: bool = True) -> Starting
         raise UserError(f"data.max_seq_len {s.task_settings.max_seq_len} exceeds the model's "
                         f"max_position_embeddings {encoder.max_position_embeddings}")
     return StartingPoint(encoder, tokenizer, source)
+
+
+def _adapted_source(s: FinetuneSettings, source: loading.Loaded, recorded: EncoderConfig,
+                    encoder: EncoderConfig) -> None:
+    """An init checkpoint with LoRA starts a run without it merged (the model it is); one with
+    adapters starts only another adapter run (dropping them would change the model)."""
+    if recorded.adapter_size and not encoder.adapter_size:
+        raise UserError(f"the init checkpoint {s.init_checkpoint} has adapters, which "
+                        f"finetune.method={s.method.name} would drop; continue it with "
+                        "finetune.method=adapter or start from its base")
+    if recorded.lora_rank and not encoder.lora_rank and source.params is not None:
+        source.params, _ = adaptation.merge_lora(source.params, recorded)
 
 
 def run(s: FinetuneSettings, workdir: str) -> dict:
