@@ -363,14 +363,15 @@ def _checked_pooling(name: str) -> str:
 
 
 def load(path: str, *, step: int | None = None, batch_size: int = 32,
-         max_seq_len: int | None = None, mesh=None, dtype: str | None = None) -> Model:
+         max_seq_len: int | None = None, mesh=None, dtype: str | None = None,
+         base: str | None = None) -> Model:
     """A model from a pretraining or fine-tuning workdir (latest checkpoint, or `step`; a
-    fine-tuning run's best), a params export, or a Hugging Face BERT directory (converted in
-    memory: nothing is written)."""
+    fine-tuning run's best), a params export, an adapters export (on `base`, by default the base
+    it records), or a Hugging Face BERT directory (converted in memory: nothing is written)."""
     from bertjax import library_logs
 
     library_logs.quiet_routine_library_logs()
-    loaded = loading.load(path, _best_step(path) if step is None else step)
+    loaded = loading.load(path, _best_step(path) if step is None else step, base=base)
     return Model(loaded, batch_size=batch_size, max_seq_len=max_seq_len, mesh=mesh, dtype=dtype)
 
 

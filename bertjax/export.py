@@ -2,6 +2,8 @@
 
     python -m bertjax.export --workdir DIR --format params --output OUT
     python -m bertjax.export --workdir DIR --format hf --output OUT
+    python -m bertjax.export --workdir DIR --format adapters --output OUT
+    python -m bertjax.export --workdir DIR --format hf --merge-lora --output OUT
 
 DIR is a pretraining or fine-tuning workdir (its latest checkpoint, or --step N) or a params
 export. `params` writes bertjax's params-only format (OUT/bertjax.json, OUT/params,
@@ -12,6 +14,13 @@ a pretraining run (BertForMaskedLM without NSP), BertForSequenceClassification,
 BertForTokenClassification or BertForQuestionAnswering for a fine-tuned one. What has no Hugging
 Face counterpart (the SpanBERT head, a CRF, a SentencePiece vocabulary) is named on stderr.
 OUT must not exist unless --overwrite; it appears whole or not at all.
+
+An adapter or LoRA run (finetune.method=adapter|lora): `adapters` writes only what it trained
+(adapters or LoRA, LayerNorms for adapters, the head) with a reference to its base (the init
+checkpoint), which `bertjax.load(OUT)` and --config.init_checkpoint=OUT put back underneath.
+`--merge-lora` folds LoRA into the query and value weights, a plain BERT again (hf or params).
+The Hugging Face export of a LoRA run needs it (refused without: merging is not undone), and that
+of an adapter run is refused (adapters have no Hugging Face BERT counterpart).
 """
 
 from __future__ import annotations
@@ -22,12 +31,14 @@ import sys
 
 from bertjax import loading
 from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
-from bertjax.interop import hf_files, hf_models, output_dir, params_dir
+from bertjax.interop import adapters_dir, hf_files, hf_models, output_dir, params_dir
+from bertjax.model import adaptation
 from bertjax.library_logs import quiet_routine_library_logs
 
-FORMATS = ("params", "hf")
-# What a params export keeps of the source's record (the rest describes the source run).
-_RECORD_KEYS = ("task", "step", "source")
+FORMATS = ("params", "hf", "adapters")
+# What a params export keeps of the source's record (the rest describes the source run); an
+# adapter / LoRA run's method and base let the export itself be exported as adapters later.
+_RECORD_KEYS = ("task", "step", "source", "method", "init_checkpoint")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -42,6 +53,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the checkpoint step to export (default: the latest)")
     parser.add_argument("--tokenizer", default="",
                         help="the vocabulary to ship (default: the one the run recorded)")
+    parser.add_argument("--merge-lora", action="store_true",
+                        help="fold a LoRA run's updates into the base weights (hf, params)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
     return parser.parse_args(argv)
@@ -60,32 +73,70 @@ def source_tokenizer(loaded: loading.Loaded, override: str):
     return tokenizer
 
 
+def _check_adaptation(source: str, fmt: str, model, merge_lora: bool) -> None:
+    """Refuses, before anything is read, what an adapter / LoRA run (or its absence) forbids."""
+    if merge_lora and fmt == "adapters":
+        raise UserError("--merge-lora makes a plain model, --format adapters keeps LoRA apart "
+                        "from its base: use one of them")
+    if merge_lora and not model.lora_rank:
+        raise UserError(f"--merge-lora: {source} has no LoRA parameters (not a "
+                        "finetune.method=lora run)")
+    if fmt == "adapters" and not adapters_dir.is_adapted(model):
+        raise UserError(f"{source} has no adapters or LoRA (not a finetune.method=adapter|lora "
+                        "run); export it with --format params")
+    if fmt == "hf" and model.adapter_size:
+        raise UserError(f"{source} is an adapter run, and adapters have no Hugging Face BERT "
+                        "counterpart; export it with --format adapters or params")
+    if fmt == "hf" and model.lora_rank and not merge_lora:
+        raise UserError(f"{source} is a LoRA run: its Hugging Face export needs --merge-lora "
+                        "(folds the low-rank updates into the query and value weights)")
+
+
+def _base_of(source: str, bundle: loading.Loaded) -> str:
+    base = (bundle.record.get("base", {}).get("path") if bundle.kind == loading.ADAPTERS
+            else bundle.record.get("init_checkpoint"))
+    if not base or "method" not in bundle.record:
+        raise UserError(f"{source} does not record the base it adapts (run.json's "
+                        "init_checkpoint and method)")
+    return base
+
+
 def export(source: str, fmt: str, output: str, *, step: int | None = None, tokenizer: str = "",
-           overwrite: bool = False) -> list[str]:
+           overwrite: bool = False, merge_lora: bool = False) -> list[str]:
     """Writes the export; returns warnings about what did not carry over."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not os.path.exists(source):
         raise UserError(f"checkpoint not found: {source}")
     output_dir.check_target(output, overwrite=overwrite, sources=(source,))
+    _check_adaptation(source, fmt, loading.describe(source).require_encoder(), merge_lora)
     bundle = loading.load(source, step)
-    bundle.require_encoder()
+    model, params = bundle.require_encoder(), bundle.params
+    if merge_lora:
+        params, model = adaptation.merge_lora(params, model)
     vocabulary = source_tokenizer(bundle, tokenizer)
     warnings = [] if vocabulary else [f"{source} records no tokenizer that still exists; the "
                                       "export has none (pass --tokenizer PATH)"]
+    record = {k: bundle.info[k] for k in _RECORD_KEYS if k in bundle.info}
+    if fmt == "adapters":
+        adapters_dir.save(output, params, model, heads=bundle.heads,
+                          method=bundle.record["method"], base=_base_of(source, bundle),
+                          tokenizer=vocabulary, info=record, overwrite=overwrite)
+        return warnings
     if fmt == "params":
-        record = {k: bundle.info[k] for k in _RECORD_KEYS if k in bundle.info}
-        params_dir.save(output, bundle.params, bundle.encoder, heads=bundle.heads,
+        if merge_lora:
+            record.pop("method", None)  # a plain model now
+        params_dir.save(output, params, model, heads=bundle.heads,
                         tokenizer=vocabulary, info=record, overwrite=overwrite)
         return warnings
-    model = hf_models.to_hf(bundle.params, bundle.encoder, bundle.heads)
+    hf = hf_models.to_hf(params, model, bundle.heads)
     with output_dir.staged(output, overwrite=overwrite) as staging:
-        hf_files.write_model(staging, model.config, model.state_dict)
+        hf_files.write_model(staging, hf.config, hf.state_dict)
         if vocabulary is not None:
             note = hf_files.write_tokenizer(staging, vocabulary,
                                             bundle.encoder.max_position_embeddings)
             warnings += [note] if note else []
-    return model.notes + warnings
+    return hf.notes + warnings
 
 
 @exit_on_user_error
@@ -93,10 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     quiet_routine_library_logs()
     warnings = export(args.workdir, args.format, args.output, step=args.step,
-                      tokenizer=args.tokenizer, overwrite=args.overwrite)
+                      tokenizer=args.tokenizer, overwrite=args.overwrite,
+                      merge_lora=args.merge_lora)
     for warning in warnings:
         print(f"bertjax: warning: {' '.join(warning.split())}", file=sys.stderr)
-    kind = "Hugging Face" if args.format == "hf" else "params-only"
+    kind = {"hf": "Hugging Face", "params": "params-only", "adapters": "adapters"}[args.format]
     print(f"wrote the {kind} export {os.path.abspath(args.output)}")
 
 

@@ -3,6 +3,8 @@
     a run's workdir      WORKDIR/run.json + WORKDIR/checkpoints/<step>/state (pretraining or
                          fine-tuning; a fine-tuning run with restarts is followed to its best)
     a params export      DIR/bertjax.json + DIR/params + DIR/tokenizer (`bertjax.export`, `convert`)
+    an adapters export   the same files holding only what an adapter / LoRA run trained; the
+                         base they adapt (recorded, or `base=`) is loaded under them
     a Hugging Face BERT  DIR/config.json + model.safetensors or pytorch_model.bin (+ vocab.txt),
                          converted in memory: nothing is written
 
@@ -19,13 +21,13 @@ import os
 from typing import Any
 
 from bertjax.errors import UserError
-from bertjax.interop import params_dir
+from bertjax.interop import adapters_dir, params_dir
 from bertjax.model.config import EncoderConfig
 
 RUN_RECORD = "run.json"
 RESULTS_FILE = "results.json"
 CHECKPOINTS = "checkpoints"
-WORKDIR, PARAMS, HUGGING_FACE = "workdir", "params", "hf"
+WORKDIR, PARAMS, HUGGING_FACE, ADAPTERS = "workdir", "params", "hf", "adapters"
 
 
 @dataclasses.dataclass
@@ -74,7 +76,8 @@ def kind_of(path: str) -> str:
     if not os.path.exists(path):
         raise UserError(f"checkpoint not found: {path}")
     if params_dir.is_params_dir(path):
-        return PARAMS
+        info = read_json(os.path.join(path, params_dir.INFO_FILE))
+        return ADAPTERS if info.get("format") == adapters_dir.FORMAT else PARAMS
     if os.path.isdir(os.path.join(path, CHECKPOINTS)) or os.path.isfile(
             os.path.join(path, RESULTS_FILE)):
         return WORKDIR
@@ -88,24 +91,29 @@ def kind_of(path: str) -> str:
 def describe(path: str) -> Loaded:
     """What `path` holds, from its JSON records alone (no arrays are read)."""
     kind = kind_of(path)
-    if kind == PARAMS:
-        return _describe_params(path)
+    if kind in (PARAMS, ADAPTERS):
+        return _describe_params(path, kind)
     if kind == WORKDIR:
         return _describe_workdir(_followed(path))
     return _load_hugging_face(path, with_params=False)
 
 
-def load(path: str, step: int | None = None) -> Loaded:
-    """`describe(path)` with the parameters (a workdir's latest checkpoint, or `step`)."""
+def load(path: str, step: int | None = None, *, base: str | None = None) -> Loaded:
+    """`describe(path)` with the parameters (a workdir's latest checkpoint, or `step`); an
+    adapters export on `base` (default: the base it records)."""
     kind = kind_of(path)
     if step is not None and kind != WORKDIR:
         raise UserError(f"a checkpoint step was given, but {path} is not a workdir with "
                         "checkpoints/")
+    if base is not None and kind != ADAPTERS:
+        raise UserError(f"a base was given, but {path} is not an adapters export")
     if kind == HUGGING_FACE:
         return _load_hugging_face(path, with_params=True)
-    if kind == PARAMS:
-        loaded = _describe_params(path)
+    if kind in (PARAMS, ADAPTERS):
+        loaded = _describe_params(path, kind)
         loaded.params = params_dir.read_tree(os.path.join(path, params_dir.PARAMS_DIR))
+        if kind == ADAPTERS:
+            loaded.params = _on_base(loaded, base)
         return loaded
     loaded = _describe_workdir(_followed(path))
     loaded.step = _checkpoint_step(loaded.path, step)
@@ -140,16 +148,26 @@ def _encoder(record: dict, key: str, path: str) -> EncoderConfig | None:
         raise UserError(f"{path} records a model config bertjax cannot read: {e}") from None
 
 
-def _describe_params(path: str) -> Loaded:
+def _describe_params(path: str, kind: str = PARAMS) -> Loaded:
     info_file = os.path.join(path, params_dir.INFO_FILE)
     record = read_json(info_file)
-    if record.get("format") != params_dir.FORMAT:
+    if record.get("format") not in (params_dir.FORMAT, adapters_dir.FORMAT):
         raise UserError(f"{path} is not a bertjax params export")
     tokenizer_dir = os.path.join(path, params_dir.TOKENIZER_DIR)
-    return Loaded(os.path.abspath(path), PARAMS, _encoder(record, "model", info_file),
+    return Loaded(os.path.abspath(path), kind, _encoder(record, "model", info_file),
                   record.get("heads", {}), record,
                   tokenizer_dir if os.path.isdir(tokenizer_dir) else None,
                   step=record.get("step"))
+
+
+def _on_base(loaded: Loaded, base: str | None) -> dict:
+    """An adapters export's parameters put back on the encoder of its base."""
+    base = base or loaded.record.get("base", {}).get("path", "")
+    if not base or not os.path.exists(base):
+        raise UserError(f"{loaded.path} holds adapters for the base {base or '(unrecorded)'}, "
+                        "which is not there; name the base (bertjax.load(path, base=BASE))")
+    return adapters_dir.combine(loaded.params, load(base).params, loaded.require_encoder(),
+                                loaded.record, base)
 
 
 def _followed(workdir: str) -> str:

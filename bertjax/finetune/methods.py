@@ -18,10 +18,12 @@ import dataclasses
 
 from bertjax.errors import UserError, check_choice
 from bertjax.finetune import cloze
+from bertjax.model.config import EncoderConfig
 
 METHODS = ("full", "adapter", "lora", "cloze", "soft_prompt")
 # The trainer's own list; a method lands here with its implementation.
-IMPLEMENTED = ("full", "cloze", "soft_prompt")
+IMPLEMENTED = ("full", "adapter", "lora", "cloze", "soft_prompt")
+PARAMETER_EFFICIENT = ("adapter", "lora")  # modules added to a frozen pretrained encoder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +72,42 @@ class MethodSettings:
     def prompt(self) -> int:
         """The soft prompt's length (0: none)."""
         return self.prompt_length if self.name == "soft_prompt" else 0
+
+    @property
+    def freezes_base(self) -> bool:
+        return self.name in PARAMETER_EFFICIENT
+
+    def encoder(self, base: EncoderConfig) -> EncoderConfig:
+        """`base` (the init checkpoint's or a preset's shape, whatever adaptation it recorded)
+        with this method's adapters or LoRA, or none; a LoRA rank above the hidden size is
+        refused by name."""
+        if self.name == "lora" and self.lora_rank > base.hidden_size:
+            raise UserError(f"finetune.lora_rank {self.lora_rank} is larger than the model's "
+                            f"hidden size {base.hidden_size}")
+        plain = base.without_adaptation()
+        if self.name == "adapter":
+            return plain.replace(adapter_size=self.adapter_size)
+        if self.name == "lora":
+            return plain.replace(lora_rank=self.lora_rank, lora_alpha=self.lora_alpha,
+                                 lora_dropout=self.lora_dropout)
+        return plain
+
+    def check_with(self, *, freeze_encoder: bool, reinit_top_layers: int,
+                   init_checkpoint: str) -> None:
+        """Refuses the fine-tuning settings this method contradicts."""
+        if not self.freezes_base:
+            return
+        if freeze_encoder:
+            raise UserError(f"finetune.freeze_encoder=True stops every gradient at the encoder, "
+                            f"so finetune.method={self.name} would train nothing inside it; "
+                            "the method already freezes the base weights: drop freeze_encoder")
+        if reinit_top_layers:
+            raise UserError(f"finetune.reinit_top_layers={reinit_top_layers} with "
+                            f"finetune.method={self.name} would leave the re-initialized layers "
+                            "frozen at random values; set it to 0")
+        if not init_checkpoint:
+            raise UserError(f"finetune.method={self.name} adapts a pretrained encoder and "
+                            "freezes it: set config.init_checkpoint")
 
 
 def read(finetune_config) -> MethodSettings:

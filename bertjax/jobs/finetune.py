@@ -34,9 +34,11 @@ from bertjax.finetune.task_data import TaskData, read_task_data
 from bertjax.jobs import common
 from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.jobs.run_directory import RunDirectory
+from bertjax.model import adaptation
 from bertjax.model.config import EncoderConfig
 from bertjax.settings.finetune import FinetuneSettings
 from bertjax.settings.shared import layout_of
+from bertjax.train import warm_start
 
 RESULTS_FILE = loading.RESULTS_FILE
 
@@ -69,7 +71,10 @@ def starting_point(s: FinetuneSettings, *, with_params: bool = True,
                         "none; set --config.data.tokenizer to the vocabulary")
     tokenizer = (source.tokenizer(s.data.tokenizer) if source
                  else load_tokenizer(s.data.tokenizer))
-    encoder = s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad, recorded)
+    encoder = s.method.encoder(s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad,
+                                               recorded))
+    if recorded is not None:
+        _adapted_source(s, source, recorded, encoder)
     if tokenizer.vocab_size != encoder.vocab_size:
         named = s.data.tokenizer or f"of {s.init_checkpoint}"
         raise UserError(f"vocabulary mismatch: the tokenizer {named} has "
@@ -80,6 +85,18 @@ def starting_point(s: FinetuneSettings, *, with_params: bool = True,
         raise UserError(f"data.max_seq_len {s.task_settings.max_seq_len} exceeds the model's "
                         f"max_position_embeddings {encoder.max_position_embeddings}")
     return StartingPoint(encoder, tokenizer, source)
+
+
+def _adapted_source(s: FinetuneSettings, source: loading.Loaded, recorded: EncoderConfig,
+                    encoder: EncoderConfig) -> None:
+    """An init checkpoint with LoRA starts a run without it merged (the model it is); one with
+    adapters starts only another adapter run (dropping them would change the model)."""
+    if recorded.adapter_size and not encoder.adapter_size:
+        raise UserError(f"the init checkpoint {s.init_checkpoint} has adapters, which "
+                        f"finetune.method={s.method.name} would drop; continue it with "
+                        "finetune.method=adapter or start from its base")
+    if recorded.lora_rank and not encoder.lora_rank and source.params is not None:
+        source.params, _ = adaptation.merge_lora(source.params, recorded)
 
 
 def run(s: FinetuneSettings, workdir: str) -> dict:
@@ -120,17 +137,33 @@ def _check_mlm_head(s: FinetuneSettings, source: loading.Loaded | None) -> None:
 
 
 def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int,
-            tokenizer_dir: str) -> tuple[dict, dict]:
+            tokenizer_dir: str, fresh: tuple[str, ...]) -> tuple[dict, dict]:
     """(compared, info) of run.json."""
     compared = {"task": s.task, "method": s.method.name, "model": layout_of(start.encoder),
                 "heads": data.task.heads_info()}
     info = {"encoder": dataclasses.asdict(start.encoder), "tokenizer_dir": tokenizer_dir,
             "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
-            "task_settings": data.task.recorded_settings()}
+            "task_settings": data.task.recorded_settings(),
+            "method": {"name": s.method.name, "fresh": list(fresh)}}
     if s.distill is not None:
         info["distill"] = dataclasses.asdict(s.distill)
     return compared, info
+
+
+def _fresh_encoder_parts(s: FinetuneSettings, start: StartingPoint, stored: dict
+                         ) -> tuple[str, ...]:
+    """Encoder subtrees the warm start initializes rather than loads (a pooler the init
+    checkpoint never trained), which a method that freezes the base trains all the same. Decided
+    once, when the run starts, and read back from run.json on resume (a resumed run may read
+    only the init checkpoint's records, which cannot always tell)."""
+    if "method" in stored:
+        return tuple(stored["method"].get("fresh", ()))
+    source = start.source
+    if not s.method.freezes_base or source is None:
+        return ()
+    trained = warm_start.pooler_was_trained(source.heads, source.record.get("initialized", []))
+    return () if trained else (warm_start.UNTRAINED_POOLER,)
 
 
 def train(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: str, seed: int,
@@ -142,14 +175,15 @@ def train(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: st
     run_dir = RunDirectory(workdir)
     done = loading.read_json(os.path.join(run_dir.path, RESULTS_FILE))
     tokenizer_dir = os.path.join(run_dir.path, "tokenizer")
-    compared, info = _record(s, start, data, seed, tokenizer_dir)
+    fresh = _fresh_encoder_parts(s, start, run_dir.stored)
+    compared, info = _record(s, start, data, seed, tokenizer_dir, fresh)
     run_dir.check(compared)
     if done.get("finished"):
         print(f"nothing to do: the run in {run_dir.path} has finished ({RESULTS_FILE})",
               file=sys.stderr)
         return done
     with run_dir:
-        run = FinetuneRun(s, start, data, run_dir.path, seed, mesh)
+        run = FinetuneRun(s, start, data, run_dir.path, seed, mesh, fresh)
         try:
             if common.stopped_before_start(stop):
                 return {"finished": False, "step": 0}

@@ -3,6 +3,8 @@ hooks: evaluation, the best checkpoint kept, results.json when it finishes."""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import sys
 import time
@@ -13,12 +15,12 @@ import numpy as np
 from bertjax.atomic_files import write_json
 from bertjax.finetune import distillation, evaluation, readers
 from bertjax.finetune.batches import EpochBatches, process_share
-from bertjax.model import prompting
+from bertjax.model import adaptation, prompting
 from bertjax.parallel import partitioning
 from bertjax.train import loop, warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.compilation import compile_step
-from bertjax.train.freezing import freeze_encoder
+from bertjax.train.freezing import freeze_encoder, path_name, train_only
 from bertjax.train.logging_hook import LoggingHook
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer
@@ -34,9 +36,22 @@ def batch_shapes(arrays: dict, batch_size: int, sharding) -> dict[str, jax.Shape
                                       sharding=sharding) for key, value in arrays.items()}
 
 
+def _parameters(params, trains, trainable: int) -> str:
+    """How many parameters the run has and trains (`trainable`: the count when no `trains`
+    predicate says it, e.g. a frozen encoder or a soft prompt)."""
+    total = param_count(params)
+    if trains is None:
+        trained = trainable
+    else:
+        leaves = jax.tree_util.tree_leaves_with_path(params)
+        trained = sum(math.prod(p.shape) for path, p in leaves if trains(path_name(path)))
+    return f"{total:,} parameters, {trained:,} trained ({100 * trained / total:.2f}%)"
+
+
 class FinetuneRun:
-    def __init__(self, s, start, data, workdir: str, seed: int, mesh):
+    def __init__(self, s, start, data, workdir: str, seed: int, mesh, fresh: tuple = ()):
         self.s, self.data, self.workdir, self.seed, self.mesh = s, data, workdir, seed, mesh
+        self.fresh = fresh  # encoder subtrees initialized, not loaded (see finetune.py)
         self.started = time.perf_counter()
         self.is_main = jax.process_index() == 0
         self.task = data.task
@@ -76,6 +91,10 @@ class FinetuneRun:
         optimizer = make_optimizer(s.optimizer_config(max(self.total, 1)))
         if s.freeze_encoder or s.method.prompt:  # a soft prompt trains only itself and the head
             optimizer = freeze_encoder(optimizer)
+        trains = None
+        if s.method.freezes_base:
+            trains = functools.partial(adaptation.trains, method=s.method.name, fresh=self.fresh)
+            optimizer = train_only(optimizer, trains)
         shapes = batch_shapes(self.data.train_features.arrays, s.train.batch_size,
                               partitioning.batch_sharding(mesh))
         warm = None
@@ -107,14 +126,14 @@ class FinetuneRun:
             readers.report_counts(s.data.eval, d.counted["eval"])
             print(f"{s.task} ({s.method.name}): {len(d.train_examples)} training examples "
                   f"({len(d.train_features)} rows), {len(d.eval_examples)} dev; "
-                  f"{param_count(self.state.params):,} parameters, {self.trainable:,} trained; "
+                  f"{_parameters(self.state.params, trains, self.trainable)}; "
                   f"{self.total} steps ({self.steps_per_epoch} per epoch); mesh "
                   f"{dict(mesh.shape)}", file=sys.stderr)
         self.compiled = None
         if self.total:
             step = make_train_step(model, optimizer, mesh, begun.shardings,
                                    accumulation_steps=s.train.accumulation_steps,
-                                   objective=self.objective)
+                                   objective=self.objective, trains=trains)
             self.compiled = compile_step(step, begun.abstract, shapes,
                                          name="fine-tuning train step", verbose=self.is_main)
         return model, begun.shardings

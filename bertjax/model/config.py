@@ -34,6 +34,13 @@ class EncoderConfig:
     # nn.scan over layers: one compiled layer body instead of L copies (faster compiles).
     scan_layers: bool = False
     remat: str = "none"
+    # Parameter-efficient fine-tuning (bertjax/model/adaptation.py), off at 0: Houlsby adapters
+    # of this bottleneck width, LoRA of this rank on the query and value projections. Both add
+    # parameters beside the base ones and rename none, so a base checkpoint loads unchanged.
+    adapter_size: int = 0
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
 
     def __post_init__(self):
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
@@ -50,12 +57,29 @@ class EncoderConfig:
         check_choice("model.remat", self.remat, REMAT_POLICIES)
         for name in ("dtype", "param_dtype"):
             check_choice(f"model.{name}", getattr(self, name), DTYPES)
+        for name in ("adapter_size", "lora_rank"):
+            if getattr(self, name) < 0:
+                raise UserError(f"model.{name} must be >= 0, got {getattr(self, name)}")
+        if self.lora_rank > self.hidden_size:
+            raise UserError(f"LoRA rank {self.lora_rank} is larger than the hidden size "
+                            f"{self.hidden_size}")
+        if self.lora_rank and not (self.lora_alpha > 0 and 0.0 <= self.lora_dropout < 1.0):
+            raise UserError(f"LoRA needs alpha > 0 and dropout in [0, 1), got alpha "
+                            f"{self.lora_alpha}, dropout {self.lora_dropout}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise UserError(f"model.pad_token_id {self.pad_token_id} is outside the vocabulary")
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def lora_scale(self) -> float:
+        return self.lora_alpha / self.lora_rank if self.lora_rank else 0.0
+
+    def without_adaptation(self) -> "EncoderConfig":
+        """The base model: no adapters, no LoRA (what a merged LoRA model or a base is)."""
+        return self.replace(adapter_size=0, lora_rank=0)
 
     def replace(self, **changes) -> "EncoderConfig":
         return dataclasses.replace(self, **changes)

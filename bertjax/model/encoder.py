@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.errors import UserError
+from bertjax.model import adaptation
 from bertjax.model.config import EncoderConfig
 
 Array = jax.Array
@@ -195,6 +196,9 @@ class SelfAttention(nn.Module):
         def project(name: str) -> Array:
             y = EinsumDense(cfg, "blh,hnd->blnd", (cfg.hidden_size, *heads),
                             ("embed", "heads", "kv"), out_dims=2, name=name)(x)
+            if cfg.lora_rank and name in adaptation.LORA_TARGETS:
+                y = y + adaptation.LowRankUpdate(cfg, name=name + adaptation.LORA_SUFFIX)(
+                    x, deterministic)
             return nn.with_logical_constraint(y, HEADS_AXES)
 
         query, key, value = project("query"), project("key"), project("value")
@@ -221,6 +225,9 @@ class TransformerLayer(nn.Module):
         f32 = jnp.float32
         attended = SelfAttention(cfg, name="attention")(x, mask, deterministic)
         attended = nn.Dropout(cfg.hidden_dropout)(attended, deterministic=deterministic)
+        if cfg.adapter_size:
+            attended = adaptation.Adapter(cfg, name="attention" + adaptation.ADAPTER_SUFFIX)(
+                attended)
         x = layer_norm(cfg, "attention_norm")(x.astype(f32) + attended.astype(f32))
         x = nn.with_logical_constraint(x.astype(cfg.dtype), HIDDEN_AXES)
 
@@ -228,6 +235,8 @@ class TransformerLayer(nn.Module):
         h = gelu(nn.with_logical_constraint(h, MLP_AXES))
         h = dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output")(h)
         h = nn.Dropout(cfg.hidden_dropout)(h, deterministic=deterministic)
+        if cfg.adapter_size:
+            h = adaptation.Adapter(cfg, name="output" + adaptation.ADAPTER_SUFFIX)(h)
         x = layer_norm(cfg, "output_norm")(x.astype(f32) + h.astype(f32))
         x = nn.with_logical_constraint(x.astype(cfg.dtype), HIDDEN_AXES)
         return x, (x if self.emit else None)

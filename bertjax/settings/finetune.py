@@ -139,6 +139,12 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
         raise UserError(f"data.max_seq_len {d.max_seq_len} exceeds "
                         f"model.max_position_embeddings {model.max_position_embeddings}")
     init = config.init_checkpoint.strip()
+    method = methods.read(f)
+    if config.mode == "train":
+        method.check_with(freeze_encoder=f.freeze_encoder, reinit_top_layers=f.reinit_top_layers,
+                          init_checkpoint=init)
+        if not model.from_checkpoint:  # the shape is known now (else: at the init checkpoint)
+            method.encoder(model.encoder(vocab_size=1000))
     result = FinetuneSettings(config.task, config.mode, init, config.predict_output,
                               f.reinit_top_layers, f.freeze_encoder, method, data,
                               train, task,

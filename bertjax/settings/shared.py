@@ -16,6 +16,7 @@ SIZE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
 # Settings that change the layout of a checkpoint; anything else may differ between runs.
 LAYOUT_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                  "max_position_embeddings", "type_vocab_size", "param_dtype", "scan_layers")
+ADAPTATION_LAYOUT_FIELDS = ("adapter_size", "lora_rank")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +68,11 @@ class ModelSpec:
 
 
 def layout_of(encoder: EncoderConfig) -> dict:
-    """What of an encoder a workdir's checkpoints depend on (compared on resume)."""
-    return {k: v for k, v in dataclasses.asdict(encoder).items() if k in LAYOUT_FIELDS}
+    """What of an encoder a workdir's checkpoints depend on (compared on resume). Adapters and
+    LoRA count only when present, so the records of runs without them stay as they were."""
+    fields = dataclasses.asdict(encoder)
+    return {k: v for k, v in fields.items()
+            if k in LAYOUT_FIELDS or (k in ADAPTATION_LAYOUT_FIELDS and v)}
 
 
 def model_spec(section: ml_collections.ConfigDict) -> ModelSpec:

@@ -55,10 +55,13 @@ def _state_shardings(boxed_abstract: TrainState, optimizer: optax.GradientTransf
     params = partitioning.param_shardings(boxed_abstract.params, mesh)
     replicated = partitioning.replicated(mesh)
     # Moments that mirror the parameters get the parameters' shardings; counters and other
-    # scalars are replicated.
+    # scalars are replicated. A masked optimizer (freezing.train_only) keeps a MaskedNode, no
+    # array, in place of a frozen parameter's moments.
+    masked = lambda value: isinstance(value, optax.MaskedNode)  # noqa: E731
     opt_state = optax.tree_map_params(
-        optimizer, lambda _, sharding: sharding, boxed_abstract.opt_state, params,
-        transform_non_params=lambda _: replicated)
+        optimizer, lambda value, sharding: value if masked(value) else sharding,
+        boxed_abstract.opt_state, params, transform_non_params=lambda _: replicated,
+        is_leaf=masked)
     return TrainState(step=replicated, params=params, opt_state=opt_state, rng=replicated)
 
 

@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bertjax.errors import UserError
 from bertjax.parallel import partitioning
-from bertjax.train import objectives
+from bertjax.train import freezing, objectives
 from bertjax.train.optimizer import applied_learning_rate
 from bertjax.train.state import TrainState
 
@@ -45,10 +45,13 @@ def _split_micro_batches(batch: Batch, count: int, mesh: Mesh) -> dict[str, jax.
 
 
 def _loss_and_grads(model: nn.Module, mesh: Mesh, param_shardings: Any,
-                    objective: objectives.StepObjective) -> Callable:
+                    objective: objectives.StepObjective,
+                    trains: freezing.Trains | None = None) -> Callable:
     """(params, batch, dropout key, normalizers) -> (loss, metric sums), grads."""
 
     def loss_fn(params, batch, dropout_rng, normalizers):
+        if trains is not None:
+            params = freezing.stop_frozen_gradients(params, trains)
         with partitioning.axis_rules(mesh):
             outputs = model.apply({"params": params}, batch, deterministic=False,
                                   rngs={"dropout": dropout_rng})
@@ -67,8 +70,12 @@ def _loss_and_grads(model: nn.Module, mesh: Mesh, param_shardings: Any,
 
 def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, mesh: Mesh,
                     state_shardings: TrainState, *, accumulation_steps: int = 1,
-                    objective: objectives.StepObjective = objectives.PRETRAINING) -> Callable:
+                    objective: objectives.StepObjective = objectives.PRETRAINING,
+                    trains: freezing.Trains | None = None) -> Callable:
     """jit(train_step): (state, batch) -> (new state, metrics); the old state is donated.
+
+    `trains` (parameter path -> bool): the others get no gradient (freezing.train_only is the
+    optimizer that goes with it).
 
     With accumulation the batch is split into micro-batches inside the step (lax.scan) and one
     update is made. Each micro-batch's loss divides by the WHOLE batch's weights (total MLM
@@ -80,7 +87,7 @@ def make_train_step(model: nn.Module, optimizer: optax.GradientTransformation, m
     """
     if accumulation_steps < 1:
         raise UserError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
-    loss_and_grads = _loss_and_grads(model, mesh, state_shardings.params, objective)
+    loss_and_grads = _loss_and_grads(model, mesh, state_shardings.params, objective, trains)
 
     def accumulate(params, batch, step_rng, normalizers):
         micro_batches = _split_micro_batches(batch, accumulation_steps, mesh)

@@ -21,7 +21,7 @@ import numpy as np
 from flax import traverse_util
 
 from bertjax.errors import UserError
-from bertjax.model import layout
+from bertjax.model import adaptation, layout
 
 ENCODER_ONLY = (r"^(?!encoder/)",)  # skip patterns: everything that is not the encoder
 UNTRAINED_POOLER = "encoder/pooler"
@@ -95,7 +95,7 @@ def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
     if not trained_pooler and jax.process_index() == 0:
         print(f"the pooler of {source} was never trained (pretrained without NSP): initialized "
               "fresh for the task head", file=sys.stderr)
-    missing = [name for name in kept if name.startswith("encoder/")
+    missing = [name for name in kept if name.startswith("encoder/") and not adaptation.added(name)
                and (trained_pooler or not name.startswith(UNTRAINED_POOLER + "/"))]
     if missing:
         raise UserError(f"the init checkpoint {source} lacks encoder parameter(s) "
@@ -107,7 +107,8 @@ def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
         merged = reinitialize_top_layers(merged, params, shardings, reinit_top_layers,
                                          num_layers)
     if jax.process_index() == 0:
-        fresh = sorted({"/".join(n.split("/")[:1]) for n in kept})
+        fresh = sorted({"adapters/LoRA" if adaptation.added(n) else n.split("/")[0]
+                        for n in kept})
         note = f" and the top {reinit_top_layers} layer(s) + pooler" if reinit_top_layers else ""
         what = " and ".join(["the encoder", *heads])
         fresh_note = f"; initialized fresh: {', '.join(fresh)}{note}" if fresh or note else ""
