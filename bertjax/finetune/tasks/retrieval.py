@@ -32,6 +32,7 @@ from bertjax.model.dual_encoder import DualEncoder, encoder_names
 
 SEARCH_DEPTH = 10
 QUERY_CHUNK = 1024  # queries scored at once: bounds the [queries, documents] score block
+_PLURALS = {"query": "queries", "document": "documents", "negative": "hard negatives"}
 
 
 def text_key(text: str) -> int:
@@ -75,14 +76,16 @@ class Retrieval(Task):
     def featurize(self, tokenizer, examples: Sequence[TextExample], where, *, training):
         _check_texts(examples, where)
         counts = collections.Counter()
-        sides = {"query": ([e.text for e in examples], self.settings.max_query_length),
-                 "document": ([e.text_pair for e in examples], self.settings.max_seq_len)}
-        if training and examples[0].negative is not None:
-            sides["negative"] = ([e.negative for e in examples], self.settings.max_seq_len)
+        s = self.settings
+        sides = {"query": ([e.text for e in examples], s.max_query_length),
+                 "document": ([e.text_pair for e in examples], s.max_seq_len)}
+        if training and examples and examples[0].negative is not None:
+            sides["negative"] = ([e.negative for e in examples], s.max_seq_len)
         arrays = {}
         for side, (texts, length) in sides.items():
             ids, mask, cut = _rows(tokenizer, texts, length)
-            counts[f"{side}(s) truncated to {length} tokens"] += cut
+            setting = "data.max_query_length" if side == "query" else "data.max_seq_len"
+            counts[f"{_PLURALS[side]} cut to {length} tokens ({setting})"] += cut
             arrays[f"{side}_ids"], arrays[f"{side}_mask"] = ids, mask
             if side != "query":
                 arrays[f"{side}_key"] = np.asarray([text_key(t) for t in texts], np.int32)
