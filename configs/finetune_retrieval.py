@@ -2,7 +2,7 @@
 the batch (its positives, plus the hard negatives when data.negative_column is set), softmax over
 cosine / temperature. Queries and documents are the mean (or [CLS]) of the last layer,
 L2-normalized. Each epoch ends with exact search of every dev query among all dev documents:
-MRR@10 (picks the best checkpoint), Recall@1, Recall@10.
+MRR@10 (picks the best checkpoint), Recall@1, Recall@10, nDCG@10.
 
 The defaults train on real Wikipedia: query = a sentence taken out of a paragraph, document = the
 rest of that paragraph, split by article (packaged:wiki_retrieval, `bertjax.retrieval.wiki_pairs`,

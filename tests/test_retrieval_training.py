@@ -18,10 +18,10 @@ from bertjax import loading, main
 from bertjax.data import packaged, wikitext
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.finetune import features as feats
-from bertjax.finetune import objectives, readers, scoring
+from bertjax.finetune import objectives, readers
 from bertjax.finetune.tasks import TaskSettings, task_class
-from bertjax.finetune.tasks.retrieval import exact_search, text_key
-from bertjax.retrieval import wiki_pairs
+from bertjax.finetune.tasks.retrieval import text_key
+from bertjax.retrieval import exact, metrics, wiki_pairs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ("train", "dev", "test")
@@ -157,15 +157,6 @@ def test_hard_negatives_are_trained_on_not_evaluated(wiki_dir, vocab_dir):
     assert not any(key.startswith("negative") for key in evaluated.arrays)
 
 
-def test_ranking_metrics():
-    ranked = np.array([[3, 0, 1], [2, 1, 0], [0, 1, 2]])
-    scores = scoring.ranking_scores(ranked, [{0}, {3}, {0, 2}], ks=(1, 2), mrr_depth=3)
-    assert scores == pytest.approx({"mrr@3": (0.5 + 0 + 1) / 3, "recall@1": (0 + 0 + 0.5) / 3,
-                                    "recall@2": (1 + 0 + 0.5) / 3})
-    documents = np.eye(4, dtype=np.float32)
-    assert exact_search(documents[[2, 0]], documents, 2)[:, 0].tolist() == [2, 0]
-
-
 def untrained_dev_metrics(workdir: str, **overrides) -> dict:
     """The same task and model at initialization (the starting point of the run), evaluated the
     way the run evaluates."""
@@ -222,9 +213,10 @@ def test_load_embeds_with_the_trained_encoder(shared_run):
                                                               normalize=True)
     documents = bertjax.load(shared_run, max_seq_len=64).embed([e.text_pair for e in dev],
                                                                 normalize=True)
-    ranked = exact_search(queries, documents, 10)
-    scores = scoring.ranking_scores(ranked, [{i} for i in range(len(dev))])
+    _, ranked = exact.search(documents, queries, 10)
+    scores = metrics.mean_metrics(ranked.tolist(), [{i} for i in range(len(dev))])
     assert scores["mrr@10"] == pytest.approx(r["eval"]["mrr@10"], abs=0.01)
+    assert scores["ndcg@10"] == pytest.approx(r["eval"]["ndcg@10"], abs=0.01)
 
 
 def test_separate_encoders_train_two_encoders(shared_run, wiki_dir, tmp_path):

@@ -3,7 +3,7 @@
 Classification: accuracy, Matthews correlation (multi-class, as sklearn computes it), F1 (binary,
 of one positive label, and macro). Regression: Pearson and Spearman (ties get average ranks, as
 scipy's). Tagging: entity-level precision/recall/F1 with seqeval's default semantics. Extractive QA:
-the official SQuAD v1.1 exact match and F1. Retrieval: MRR@10 and Recall@k of ranked document ids.
+the official SQuAD v1.1 exact match and F1.
 
 Entity spans follow seqeval's default (non-strict) mode: a chunk ends before B-, before O and
 before a tag of another type; a chunk begins at B-, and also at an I- that follows O or a tag of
@@ -180,19 +180,3 @@ def squad_scores(answers: dict[str, Sequence[str]], predictions: dict[str, str])
         f1 += max(token_f1(prediction, t) for t in truths)
     count = max(len(answers), 1)
     return {"exact_match": 100.0 * em / count, "f1": 100.0 * f1 / count}
-
-
-def ranking_scores(ranked: np.ndarray, relevant: Sequence[set[int]], ks: Sequence[int] = (1, 10),
-                   mrr_depth: int = 10) -> dict[str, float]:
-    """`ranked` [Q, K]: each query's best documents, best first; `relevant`: each query's
-    relevant document ids. MRR@depth (1 / rank of the first relevant document, 0 past depth) and
-    Recall@k (the share of a query's relevant documents in its top k), averaged over queries."""
-    reciprocal, recall = [], {k: [] for k in ks}
-    for row, wanted in zip(ranked, relevant):
-        hits = [i for i, doc in enumerate(row[:mrr_depth]) if doc in wanted]
-        reciprocal.append(1.0 / (hits[0] + 1) if hits else 0.0)
-        for k in ks:
-            recall[k].append(len(wanted.intersection(row[:k].tolist())) / max(len(wanted), 1))
-    out = {f"mrr@{mrr_depth}": float(np.mean(reciprocal)) if reciprocal else 0.0}
-    out.update({f"recall@{k}": float(np.mean(v)) if v else 0.0 for k, v in recall.items()})
-    return out

@@ -6,32 +6,30 @@ the cross-entropy of its own positive (`objectives.in_batch`). Queries are rows 
 data.max_query_length tokens, documents of data.max_seq_len ([CLS] and [SEP] included); longer
 texts are cut and counted.
 
-Evaluation is exact search on the device: each distinct dev query against every distinct dev
-positive (cosine matmul + top-k), MRR@10 (the main metric), Recall@1 and Recall@10; a query's
-relevant documents are the positives of all its rows. Predictions score each (query, document)
-pair by cosine.
+Evaluation is exact search on the device (`retrieval.exact`: cosine matmul + top-k): each distinct
+dev query against every distinct dev positive, MRR@10 (the main metric), Recall@1, Recall@10 and
+nDCG@10 (`retrieval.metrics`); a query's relevant documents are the positives of all its rows.
+Predictions score each (query, document) pair by cosine.
 """
 
 from __future__ import annotations
 
 import collections
-import functools
 import zlib
 from typing import Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bertjax.errors import UserError
-from bertjax.finetune import objectives, scoring
+from bertjax.finetune import objectives
 from bertjax.finetune.features import Features, assemble
 from bertjax.finetune.readers import TextExample
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings
 from bertjax.model.dual_encoder import DualEncoder, encoder_names
+from bertjax.retrieval import exact
+from bertjax.retrieval import metrics as ranking
 
 SEARCH_DEPTH = 10
-QUERY_CHUNK = 1024  # queries scored at once: bounds the [queries, documents] score block
 _PLURALS = {"query": "queries", "document": "documents", "negative": "hard negatives"}
 
 
@@ -40,25 +38,10 @@ def text_key(text: str) -> int:
     return int(np.uint32(zlib.crc32(text.encode("utf-8"))).view(np.int32))
 
 
-@functools.partial(jax.jit, static_argnames="k")
-def _top_k(queries: jax.Array, documents: jax.Array, k: int):
-    return jax.lax.top_k(queries @ documents.T, k)[1]
-
-
-def exact_search(queries: np.ndarray, documents: np.ndarray, k: int) -> np.ndarray:
-    """[Q, min(k, D)] indices of each query's best documents by inner product (cosine for unit
-    vectors), best first, computed on the default device."""
-    k = min(k, len(documents))
-    placed = jnp.asarray(documents)
-    return np.concatenate([np.asarray(_top_k(jnp.asarray(queries[i:i + QUERY_CHUNK]), placed, k))
-                           for i in range(0, len(queries), QUERY_CHUNK)] or
-                          [np.zeros((0, k), np.int64)])
-
-
 class Retrieval(Task):
     head = "dual_encoder"
     kind = "retrieval"
-    metrics = ("mrr@10", "recall@1", "recall@10")
+    metrics = ("mrr@10", "recall@1", "recall@10", "ndcg@10")
 
     @classmethod
     def labels_from(cls, examples, settings: TaskSettings) -> list[str]:
@@ -94,10 +77,9 @@ class Retrieval(Task):
 
     def evaluate(self, examples, features, outputs: Outputs) -> dict:
         queries, documents, relevant = _distinct(examples)
-        ranked = exact_search(outputs["query"][queries], outputs["document"][documents],
-                              SEARCH_DEPTH)
-        return scoring.ranking_scores(ranked, relevant, ks=(1, SEARCH_DEPTH),
-                                      mrr_depth=SEARCH_DEPTH)
+        _, ranked = exact.search(outputs["document"][documents], outputs["query"][queries],
+                                 min(SEARCH_DEPTH, len(documents)))
+        return ranking.mean_metrics(ranked.tolist(), relevant)
 
     def predict(self, examples, features, outputs: Outputs) -> list[dict]:
         scores = np.sum(outputs["query"] * outputs["document"], axis=-1)
