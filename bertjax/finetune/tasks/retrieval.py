@@ -89,11 +89,6 @@ class Retrieval(Task):
         return {**super().heads_info(), "pooling": self.settings.pooling,
                 "encoders": encoder_names(self.settings.separate_encoders)}
 
-    def recorded_settings(self) -> dict:
-        s = self.settings
-        return {**super().recorded_settings(), "pooling": s.pooling,
-                "separate_encoders": s.separate_encoders, "temperature": s.temperature}
-
     def output_keys(self) -> tuple[str, ...]:
         return ("query", "document")
 
