@@ -297,7 +297,7 @@ def test_a_lora_workdir_refuses_another_method(lora_run, base_dir, capsys):
     before = sorted(os.listdir(lora_run))
     code, err = run_main([f"--workdir={lora_run}", f"--config.init_checkpoint={base_dir}",
                           "--config.finetune.method=adapter"], capsys)
-    assert_one_line_error(code, err.splitlines(keepends=True)[-1], "holds a run with model=",
+    assert_one_line_error(code, err.splitlines(keepends=True)[-1], "holds a run with",
                           "use a new workdir")
     assert sorted(os.listdir(lora_run)) == before
 
