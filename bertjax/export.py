@@ -120,7 +120,9 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
     record = {k: bundle.info[k] for k in _RECORD_KEYS if k in bundle.info}
     if fmt == "adapters":
         adapters_dir.save(output, params, model, heads=bundle.heads,
-                          method=bundle.record["method"], base=_base_of(source, bundle),
+                          method={"name": bundle.record["adaptation"]["method"],
+                                  "fresh": bundle.record["adaptation"]["fresh"]},
+                          base=_base_of(source, bundle),
                           tokenizer=vocabulary, info=record, overwrite=overwrite)
         return warnings
     if fmt == "params":

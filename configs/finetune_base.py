@@ -45,7 +45,7 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     # finetune_classification (one sentence or a pair) | finetune_regression |
-    # finetune_token_classification | finetune_qa
+    # finetune_token_classification | finetune_qa | finetune_retrieval
     config.task = "finetune_classification"
     config.mode = "train"                   # train | predict
     config.init_checkpoint = ""
@@ -84,6 +84,9 @@ def get_config() -> ml_collections.ConfigDict:
     # cloze (and soft_prompt given a verbalizer): one [MASK], {text} (and {text_pair}) filled in
     config.finetune.template = "{text} It was [MASK]."
     config.finetune.verbalizer = ""         # "label:word,..." (one vocabulary token each)
+    config.finetune.pooling = "mean"        # retrieval: mean | cls of the last layer
+    config.finetune.separate_encoders = False  # retrieval: a document encoder of its own
+    config.finetune.temperature = 0.05      # retrieval: softmax over cosine / temperature
 
     config.data = ml_collections.ConfigDict()
     # Files (or packaged:NAME:SPLIT, tfds:NAME:SPLIT); eval picks the best checkpoint.
@@ -95,6 +98,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.text_pair_column = ""       # e.g. sentence2 for a pair task
     config.data.label_column = "label"
     config.data.id_column = ""              # empty: row numbers
+    config.data.negative_column = ""        # retrieval: a hard negative document; empty: none
     # Comma-separated label order (ids); empty: the training set's labels sorted (a TFDS
     # ClassLabel's own name order for tfds: sources).
     config.data.labels = ""
@@ -107,7 +111,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.max_train_examples_per_class = 0  # few-shot: a fixed k per label; 0: all
     config.data.max_eval_examples = 0
     config.data.doc_stride = 128            # QA
-    config.data.max_query_length = 64       # QA
+    config.data.max_query_length = 64       # QA; retrieval: the query rows' length
     config.data.max_answer_length = 30      # QA
     config.data.tfds_data_dir = ""
 

@@ -215,7 +215,8 @@ def test_soft_prompt_trains_with_the_encoder_bit_identical(tmp_path, pretrained,
     assert finetune(workdir, **{"init_checkpoint": pretrained[0],
                                 "finetune.method": "soft_prompt", "finetune.prompt_length": 6,
                                 "finetune.verbalizer": verbalizer,
-                                "data.max_train_examples_per_class": 64, "train.epochs": 4,
+                                "data.max_train_examples_per_class": 64, "train.epochs": 3,
+                                "data.max_eval_examples": 100,
                                 "optimizer.learning_rate": 3e-2}) == 0
     r = results(workdir)
     head = "mlm" if verbalizer else "classifier"

@@ -299,7 +299,9 @@ def test_finish_writes_results_before_deleting_checkpoints(tmp_path, capsys):
     run.task = types.SimpleNamespace(head="h", labels=["a", "b"], main_metric="accuracy")
     run.data = types.SimpleNamespace(train_examples=[], train_features=[], eval_examples=[],
                                          counted={})
-    run.s = types.SimpleNamespace(task="finetune_classification", init_checkpoint="")
+    run.s = types.SimpleNamespace(task="finetune_classification", init_checkpoint="",
+                                  method=types.SimpleNamespace(name="full"))
+    run.trainable = 0
     run.total, run.steps_per_epoch, run.seed, run.workdir = 20, 10, 0, str(tmp_path)
     run.started = 0.0
     run.is_main, run.checkpointer = True, Checkpoints()

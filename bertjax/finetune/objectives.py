@@ -9,10 +9,15 @@ devices and log windows add up exactly; zero-weight rows (batch padding) count n
     tagging + CRF   mean negative log-likelihood of the tag sequence, over examples
     spans           mean of the start and end cross-entropies over examples (context only)
     span scores     mean cross-entropy of the answer among all candidate spans (QA span scorer)
+    in-batch        retrieval: mean cross-entropy of each query's positive among the batch's
+                    documents (every positive, then every hard negative), scored by cosine /
+                    temperature; a document with the same text as the query's positive
+                    (`document_key`) is not one of its negatives, nor is a padding row
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 import jax
@@ -104,6 +109,30 @@ def span_score_sums(outputs: Mapping, batch: Mapping) -> dict:
     width = jnp.clip(batch["end_positions"].astype(jnp.int32) - start, 0, k - 1)
     nll, correct = _nll_and_correct(scores.reshape(rows, length * k), start * k + width)
     return _weighted(nll, batch["weight"].astype(jnp.float32), correct)
+
+
+def in_batch_sums(outputs: Mapping, batch: Mapping, temperature: float) -> dict:
+    queries = outputs["query"].astype(jnp.float32)
+    weight = batch["weight"].astype(jnp.float32)
+    documents, keys, real = [outputs["document"]], [batch["document_key"]], [weight > 0]
+    if "negative" in outputs:
+        documents.append(outputs["negative"])
+        keys.append(batch["negative_key"])
+        real.append(weight > 0)
+    documents = jnp.concatenate(documents).astype(jnp.float32)  # [D, H], positives first
+    keys, real = jnp.concatenate(keys), jnp.concatenate(real)
+    target = jnp.arange(queries.shape[0])
+    own = jnp.arange(documents.shape[0])[None, :] == target[:, None]  # [B, D]
+    same_text = keys[None, :] == batch["document_key"][:, None]
+    candidate = own | (real[None, :] & ~same_text)
+    scores = queries @ documents.T / temperature
+    nll, correct = _nll_and_correct(jnp.where(candidate, scores, -1e9), target)
+    return _weighted(nll, weight, correct)
+
+
+def in_batch(temperature: float) -> StepObjective:
+    return StepObjective(functools.partial(in_batch_sums, temperature=temperature),
+                         _example_weights, loss_from_sums, summarize)
 
 
 CLASSIFICATION = StepObjective(classification_sums, _example_weights, loss_from_sums, summarize)

@@ -1,6 +1,9 @@
 """Fine-tuning data in: named-column tables (GLUE-style TSV, CSV, JSONL), CoNLL, SQuAD v1.1 JSON,
 TFDS (`tfds:glue/sst2:validation`) and the packaged real datasets (`packaged:NAME:SPLIT`).
 
+Retrieval rows (kind "retrieval") are tables too: a query (`text`), its positive document
+(`text_pair`) and, optionally, a hard negative (`negative`), with no label column.
+
 Every reader returns plain examples; a problem with the input is a UserError naming the file and
 the line (a column that does not exist, a missing label, a malformed row, a quoted CSV field that
 runs over a line break: tables hold one example a line, and such a field is almost always an
@@ -33,6 +36,7 @@ class TextExample:
     text: str
     text_pair: str | None = None
     label: str | float | None = None
+    negative: str | None = None  # retrieval: a hard negative document
 
 
 @dataclasses.dataclass
@@ -61,6 +65,7 @@ class Columns:
     id: str = ""  # empty: the row number
     span_start: str = "start"  # span classification: character offsets, end exclusive
     span_end: str = "end"
+    negative: str = ""  # retrieval: the hard negative's column; empty: none
 
 
 @dataclasses.dataclass
@@ -84,21 +89,25 @@ def resolve_format(path: str, given: str, default: str) -> str:
 
 
 def read(source: Source, kind: str) -> list:
-    """Examples of `kind` ("text", "tagged", "qa" or "span") from `source`; UserError when
-    empty."""
+    """Examples of `kind` ("text", "retrieval", "tagged", "qa" or "span") from `source`;
+    UserError when empty."""
     if source.path.startswith(PACKAGED_PREFIX):
         from bertjax.finetune import datasets
 
         examples = datasets.read_packaged(source.path, kind)
+        if kind == "retrieval" and not source.columns.negative:
+            examples = [dataclasses.replace(e, negative=None) for e in examples]
     elif source.path.startswith(TFDS_PREFIX):
         examples = _read_tfds(source, kind)
     else:
         if not os.path.isfile(source.path):
             raise UserError(f"data file not found: {source.path}")
-        default = {"text": "tsv", "tagged": "conll", "qa": "squad", "span": "tsv"}[kind]
+        default = {"text": "tsv", "retrieval": "jsonl", "tagged": "conll", "qa": "squad",
+                   "span": "tsv"}[kind]
         fmt = resolve_format(source.path, source.format, default)
-        expected = {"text": ("tsv", "csv", "jsonl"), "tagged": ("conll",), "qa": ("squad",),
-                    "span": ("tsv", "csv", "jsonl")}[kind]
+        tables = ("tsv", "csv", "jsonl")
+        expected = {"text": tables, "retrieval": tables, "tagged": ("conll",), "qa": ("squad",),
+                    "span": tables}[kind]
         if fmt not in expected:
             raise UserError(f"{source.path}: format {fmt} cannot hold this task's examples "
                             f"(use {' or '.join(expected)})")
@@ -109,7 +118,8 @@ def read(source: Source, kind: str) -> list:
         elif kind == "span":
             examples = list(_span_examples(_rows(source.path, fmt), source))
         else:
-            examples = list(_text_examples(_rows(source.path, fmt), source))
+            examples = list(_text_examples(_rows(source.path, fmt), source,
+                                           labels=kind == "text"))
     if not examples:
         raise UserError(f"no examples in {source.path}")
     return examples
@@ -166,12 +176,16 @@ def _json_row(path: str, number: int, line: str) -> dict:
     return row
 
 
-def _text_examples(rows: Iterator[tuple[int, dict]], source: Source) -> Iterator[TextExample]:
+def _text_examples(rows: Iterator[tuple[int, dict]], source: Source, labels: bool = True
+                   ) -> Iterator[TextExample]:
     c = source.columns
     wanted = [name for name in (c.text, c.text_pair, c.id) if name]
+    if not labels:
+        wanted += [c.negative] if c.negative else []
+    labeled = source.labeled and labels
     for number, row in rows:
         where = f"{source.path}:{number}"
-        for name in wanted + ([c.label] if source.labeled else []):
+        for name in wanted + ([c.label] if labeled else []):
             if name not in row:
                 raise UserError(f"{where}: no column {name!r} (columns: "
                                 f"{', '.join(map(str, row))}); set data.*_column")
@@ -179,7 +193,9 @@ def _text_examples(rows: Iterator[tuple[int, dict]], source: Source) -> Iterator
             id=str(row[c.id]) if c.id else str(number),
             text=_text(row[c.text], where, c.text),
             text_pair=_text(row[c.text_pair], where, c.text_pair) if c.text_pair else None,
-            label=_label(row.get(c.label), where, source))
+            label=_label(row.get(c.label), where, source) if labels else None,
+            negative=(_text(row[c.negative], where, c.negative)
+                      if c.negative and not labels else None))
 
 
 def _span_examples(rows: Iterator[tuple[int, dict]], source: Source) -> Iterator[SpanExample]:

@@ -145,7 +145,7 @@ def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int
             "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
             "task_settings": data.task.recorded_settings(),
-            "method": {"name": s.method.name, "fresh": list(fresh)}}
+            "adaptation": {"method": s.method.name, "fresh": list(fresh)}}
     if s.distill is not None:
         info["distill"] = dataclasses.asdict(s.distill)
     return compared, info
@@ -157,8 +157,8 @@ def _fresh_encoder_parts(s: FinetuneSettings, start: StartingPoint, stored: dict
     checkpoint never trained), which a method that freezes the base trains all the same. Decided
     once, when the run starts, and read back from run.json on resume (a resumed run may read
     only the init checkpoint's records, which cannot always tell)."""
-    if "method" in stored:
-        return tuple(stored["method"].get("fresh", ()))
+    if "adaptation" in stored:  # not "method": that key is compared with the config's on resume
+        return tuple(stored["adaptation"].get("fresh", ()))
     source = start.source
     if not s.method.freezes_base or source is None:
         return ()

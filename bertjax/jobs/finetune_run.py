@@ -105,7 +105,8 @@ class FinetuneRun:
                     s.reinit_top_layers, start.encoder.num_layers,
                     trained_pooler=warm_start.pooler_was_trained(
                         start.source.heads, start.source.record.get("initialized", [])),
-                    heads=("mlm",) if s.method.cloze else ())
+                    heads=("mlm",) if s.method.cloze else (),
+                    encoders=self.task.encoder_subtrees())
                 if s.method.prompt:
                     params = _vocabulary_prompt(params, shardings, start.tokenizer, self.seed)
                 return params

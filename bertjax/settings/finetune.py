@@ -89,7 +89,8 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
         train=d.train.strip(), eval=d.eval.strip(), predict=d.predict.strip(),
         format=d.format.strip(),
         columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column,
-                        d.get("span_start_column", "start"), d.get("span_end_column", "end")),
+                        d.get("span_start_column", "start"), d.get("span_end_column", "end"),
+                        d.get("negative_column", "")),
         tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
         max_train_examples_per_class=d.get("max_train_examples_per_class", 0),
         max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
@@ -125,7 +126,11 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
                         max_answer_length=d.max_answer_length, prompt_length=method.prompt,
                         template=method.template if method.cloze else "", verbalizer=verbalizer,
                         span_pooling=f.get("span_pooling", "mean"),
-                        qa_scorer=f.get("qa_scorer", "start_end"))
+                        qa_scorer=f.get("qa_scorer", "start_end"), pooling=f.get("pooling", "mean"),
+                        separate_encoders=f.get("separate_encoders", False),
+                        temperature=f.get("temperature", 0.05))
+    if config.task == "finetune_retrieval":
+        _check_retrieval(d, f)
     if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
         raise UserError(f"data.max_seq_len {d.max_seq_len} leaves no room for the context after "
                         f"a question of data.max_query_length {d.max_query_length} tokens")
@@ -179,6 +184,17 @@ def _check_method(method: MethodSettings, task: str, freeze_encoder: bool,
         raise UserError(f"finetune.prompt_length {method.prompt} leaves no room for text in "
                         f"data.max_seq_len {max_seq_len} ([CLS], the prompt, a token and [SEP] "
                         f"need {method.prompt + 3})")
+
+
+def _check_retrieval(d: ml_collections.ConfigDict, f: ml_collections.ConfigDict) -> None:
+    if not d.text_pair_column:
+        raise UserError("retrieval needs data.text_pair_column (the positive document's column; "
+                        "data.text_column is the query's)")
+    if d.max_query_length > d.max_seq_len:
+        raise UserError(f"data.max_query_length {d.max_query_length} exceeds data.max_seq_len "
+                        f"{d.max_seq_len} (queries are rows of max_query_length tokens)")
+    if f.freeze_encoder:
+        raise UserError("finetune.freeze_encoder would leave a dual encoder nothing to train")
 
 
 def _check_train(t: TrainSettings) -> None:

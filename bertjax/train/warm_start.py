@@ -23,7 +23,6 @@ from flax import traverse_util
 from bertjax.errors import UserError
 from bertjax.model import adaptation, layout
 
-ENCODER_ONLY = (r"^(?!encoder/)",)  # skip patterns: everything that is not the encoder
 UNTRAINED_POOLER = "encoder/pooler"
 
 
@@ -38,19 +37,25 @@ def pooler_was_trained(heads: dict, initialized: Sequence[str] = ()) -> bool:
     return not any("pooler" in part for part in initialized)
 
 
-def _aligned(source: dict, target: dict) -> dict:
+def _only(subtrees: Sequence[str]) -> tuple[str, ...]:
+    """Skip patterns: everything outside `subtrees`."""
+    return (rf"^(?!(?:{'|'.join(map(re.escape, subtrees))})/)",)
+
+
+def _aligned(source: dict, target: dict, encoders: Sequence[str] = ("encoder",)) -> dict:
     """The source tree with its encoder layers in the target's layout."""
-    if "encoder" in source and "encoder" in target:
-        scanned = layout.is_scanned(target["encoder"])
-        source = {**source, "encoder": layout.like(source["encoder"], scanned)}
+    for name in encoders:
+        if name in source and name in target:
+            scanned = layout.is_scanned(target[name])
+            source = {**source, name: layout.like(source[name], scanned)}
     return source
 
 
-def merge(target: Any, shardings: Any, source: dict, skip: Sequence[str] = ()
-          ) -> tuple[Any, list[str], list[str]]:
+def merge(target: Any, shardings: Any, source: dict, skip: Sequence[str] = (),
+          encoders: Sequence[str] = ("encoder",)) -> tuple[Any, list[str], list[str]]:
     """(params, loaded paths, paths left as initialized). `target` is the freshly built tree."""
     patterns = [re.compile(p) for p in skip]
-    flat_source = traverse_util.flatten_dict(_aligned(source, target), sep="/")
+    flat_source = traverse_util.flatten_dict(_aligned(source, target, encoders), sep="/")
     leaves, treedef = jax.tree_util.tree_flatten_with_path(target)
     flat_shardings = jax.tree_util.tree_leaves(shardings)
     loaded, kept, merged = [], [], []
@@ -84,19 +89,25 @@ def load_params(source: str, source_params: dict, params: Any, shardings: Any,
 
 def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
                  reinit_top_layers: int, num_layers: int, *, trained_pooler: bool = True,
-                 heads: Sequence[str] = ()) -> Any:
+                 heads: Sequence[str] = (), encoders: Sequence[str] = ("encoder",)) -> Any:
     """`params` with the encoder of `source_params`, heads left fresh; the pooler too, when the
     source never trained it (RoBERTa's choice: the classifier then reads a fresh dense + tanh over
     [CLS] rather than a pooler that is noise). `heads` names top-level subtrees loaded as well
-    (cloze keeps the pretrained MLM head, "mlm"); the caller checks that the source has them."""
-    only = ENCODER_ONLY if not heads else (rf"^(?!(encoder|{'|'.join(heads)})/)",)
-    skip = only + (() if trained_pooler else (f"^{UNTRAINED_POOLER}/",))
-    merged, loaded, kept = merge(params, shardings, source_params, skip)
+    (cloze keeps the pretrained MLM head, "mlm"); the caller checks that the source has them.
+
+    Each of `encoders` (a dual encoder's "encoder" and "document_encoder") starts from the
+    source's subtree of that name, or else from its "encoder"."""
+    tree = {name: source_params.get(name, source_params.get("encoder")) for name in encoders}
+    tree.update({name: source_params.get(name) for name in heads})
+    tree = {name: subtree for name, subtree in tree.items() if subtree is not None}
+    poolers = tuple(f"{name}/pooler/" for name in encoders)
+    skip = _only((*encoders, *heads)) + (() if trained_pooler else tuple(f"^{p}" for p in poolers))
+    merged, loaded, kept = merge(params, shardings, tree, skip, encoders)
     if not trained_pooler and jax.process_index() == 0:
         print(f"the pooler of {source} was never trained (pretrained without NSP): initialized "
               "fresh for the task head", file=sys.stderr)
-    missing = [name for name in kept if name.startswith("encoder/") and not adaptation.added(name)
-               and (trained_pooler or not name.startswith(UNTRAINED_POOLER + "/"))]
+    missing = [name for name in kept if name.split("/")[0] in encoders
+               and not adaptation.added(name) and (trained_pooler or not name.startswith(poolers))]
     if missing:
         raise UserError(f"the init checkpoint {source} lacks encoder parameter(s) "
                         f"{', '.join(missing[:3])}: not a BERT encoder of this shape")
@@ -105,7 +116,7 @@ def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
             raise UserError(f"finetune.reinit_top_layers={reinit_top_layers} exceeds the "
                             f"encoder's {num_layers} layers")
         merged = reinitialize_top_layers(merged, params, shardings, reinit_top_layers,
-                                         num_layers)
+                                         num_layers, encoders)
     if jax.process_index() == 0:
         fresh = sorted({"adapters/LoRA" if adaptation.added(n) else n.split("/")[0]
                         for n in kept})
@@ -118,14 +129,14 @@ def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
 
 
 def reinitialize_top_layers(loaded: Any, fresh: Any, shardings: Any, k: int,
-                            num_layers: int) -> Any:
+                            num_layers: int, encoders: Sequence[str] = ("encoder",)) -> Any:
     """The fresh values in the top k layers and the pooler, the loaded ones elsewhere. A scanned
     encoder stacks its layers in one array per parameter: its top slices are replaced."""
     first_fresh = num_layers - k
 
     def pick(path, old, new):
         names = [str(getattr(key, "key", key)) for key in path]
-        where = names[1] if len(names) >= 2 and names[0] == "encoder" else None
+        where = names[1] if len(names) >= 2 and names[0] in encoders else None
         if where == "pooler":
             return new
         if where == "layers":  # stacked: [num_layers, ...]

@@ -9,6 +9,7 @@ from bertjax.errors import check_choice
 from bertjax.finetune.tasks.base import Task, TaskSettings
 from bertjax.finetune.tasks.cloze import ClozeClassification
 from bertjax.finetune.tasks.qa import QuestionAnswering
+from bertjax.finetune.tasks.retrieval import Retrieval
 from bertjax.finetune.tasks.sentence import Classification, Regression
 from bertjax.finetune.tasks.span import SpanClassification
 from bertjax.finetune.tasks.tagging import TokenClassification
@@ -19,6 +20,7 @@ TASKS: dict[str, type[Task]] = {
     "finetune_token_classification": TokenClassification,
     "finetune_qa": QuestionAnswering,
     "finetune_span_classification": SpanClassification,
+    "finetune_retrieval": Retrieval,
 }
 
 

@@ -23,6 +23,7 @@ from bertjax.model.span_heads import check_pooling
 from bertjax.train.objectives import StepObjective
 
 Outputs = dict[str, np.ndarray]  # the model's outputs for every feature row, on the host
+RETRIEVAL_POOLINGS = ("mean", "cls")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +45,16 @@ class TaskSettings:
     verbalizer: str = ""
     span_pooling: str = "mean"  # span classification and the QA span scorer: mean | attention
     qa_scorer: str = "start_end"  # QA: start_end (start + end logits) | span (an MLP per span)
+    pooling: str = "mean"  # retrieval: cls | mean, of the last layer
+    separate_encoders: bool = False  # retrieval: a document encoder of its own
+    temperature: float = 0.05  # retrieval: cosine scores are divided by it
 
     def __post_init__(self):
         if self.max_seq_len < 8:
             raise UserError(f"data.max_seq_len must be at least 8, got {self.max_seq_len}")
+        check_choice("finetune.pooling", self.pooling, RETRIEVAL_POOLINGS)
+        if not self.temperature > 0:  # NaN too
+            raise UserError(f"finetune.temperature must be positive, got {self.temperature}")
         for name in ("doc_stride", "max_query_length", "max_answer_length"):
             if getattr(self, name) < 1:
                 raise UserError(f"data.{name} must be positive, got {getattr(self, name)}")
@@ -80,13 +87,13 @@ def parse_labels(text: str) -> tuple[str, ...]:
 # and what predict mode uses, whatever the config says.
 RECORDED_SETTINGS = ("max_seq_len", "all_subwords", "doc_stride", "max_query_length",
                      "max_answer_length", "prompt_length", "template", "verbalizer",
-                     "span_pooling", "qa_scorer")
+                     "span_pooling", "qa_scorer", "pooling", "separate_encoders", "temperature")
 QA_SCORERS = ("start_end", "span")
 
 
 class Task(abc.ABC):
     head: str  # run.json heads.head, read by export
-    kind: str  # the examples it reads: "text", "tagged" or "qa"
+    kind: str  # the examples it reads: "text", "retrieval", "tagged" or "qa"
     metrics: tuple[str, ...]  # what `evaluate` reports; the first is the default main metric
     regression = False
 
@@ -137,6 +144,10 @@ class Task(abc.ABC):
     def output_keys(self) -> tuple[str, ...]:
         """The model outputs evaluation needs (others stay on the device)."""
         return ("logits",)
+
+    def encoder_subtrees(self) -> tuple[str, ...]:
+        """The parameter subtrees that start from init_checkpoint's encoder."""
+        return ("encoder",)
 
 
 def ids_of(values: Sequence[str], labels: Sequence[str], where: str) -> np.ndarray:
