@@ -110,7 +110,8 @@ def test_each_method_learns_above_the_majority_class(run, request):
     with open(os.path.join(workdir, "run.json")) as f:
         record = json.load(f)
     method = run.split("_")[0]
-    assert record["method"] == {"name": method, "fresh": []}  # MiniLM's pooler was trained
+    assert record["method"] == method
+    assert record["adaptation"] == {"method": method, "fresh": []}  # MiniLM's pooler was trained
     assert record["model"][{"lora": "lora_rank", "adapter": "adapter_size"}[method]] > 0
 
 
