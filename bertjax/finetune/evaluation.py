@@ -2,7 +2,9 @@
 and which evaluation is the best so far.
 
 The dev batches are placed on the devices once and reused at every epoch end; each process feeds
-its own rows, and the outputs come back whole (replicated) to every process.
+its own rows, and the outputs come back whole (replicated) to every process. With length buckets
+the rows are sorted by length, each batch is cut to its bucket (one compiled shape per bucket),
+and the outputs are put back in row order and padded back to max_seq_len along their token axes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bertjax.finetune import features as feats
+from bertjax.finetune import length_bucketing
 from bertjax.finetune.tasks import Task
 from bertjax.parallel import partitioning
 
@@ -23,7 +26,8 @@ LOWER_IS_BETTER = ("mse",)
 
 class Evaluator:
     def __init__(self, task: Task, predict_step: Callable, mesh: Mesh, features: feats.Features,
-                 examples: Sequence, batch_size: int, local_rows: slice):
+                 examples: Sequence, batch_size: int, local_rows: slice,
+                 buckets: tuple[int, ...] = ()):
         self.task = task
         self.features = features
         self.examples = examples
@@ -32,18 +36,34 @@ class Evaluator:
         self._batch_size = batch_size
         self._local_rows = local_rows
         self._placed: list[dict] | None = None
+        self._lengths = (length_bucketing.row_lengths(features.arrays) if len(buckets) > 1
+                         else None)
+        self._buckets = buckets
+        n = len(features)
+        self._order = (np.arange(n) if self._lengths is None
+                       else np.argsort(self._lengths, kind="stable"))
 
     def _batches(self) -> list[dict]:
         if self._placed is None:
-            self._placed = [
-                partitioning.global_batch({k: v[self._local_rows] for k, v in batch.items()},
-                                          self._mesh)
-                for batch in feats.batches(self.features.arrays, self._batch_size)]
+            self._placed = []
+            n, size = len(self.features), self._batch_size
+            for start in range(0, n, size):
+                positions = np.arange(start, start + size)
+                valid = positions < n
+                rows = self._order[np.minimum(positions, n - 1)]
+                batch = feats.take(self.features.arrays, rows, valid)
+                if self._lengths is not None:
+                    length = length_bucketing.fitting(int(self._lengths[rows].max()),
+                                                      self._buckets)
+                    batch = length_bucketing.cut(batch, length)
+                self._placed.append(partitioning.global_batch(
+                    {k: v[self._local_rows] for k, v in batch.items()}, self._mesh))
         return self._placed
 
     def outputs(self, params: Any) -> dict[str, np.ndarray]:
         """The outputs `task.output_keys()` for every feature row, in order, on the host."""
         keys = self.task.output_keys()
+        full = self._full_shapes(params, keys)
         collected = {key: [] for key in keys}
         for batch in self._batches():
             out = self._predict_step(params, batch)
@@ -51,12 +71,30 @@ class Evaluator:
             # across devices can starve the CPU backend's in-process collectives (a deadlock
             # seen with 8 host devices on 2 cores); evaluation is a small part of a run.
             for key, value in jax.device_get({key: out[key] for key in keys}).items():
-                collected[key].append(value)
-        return {key: np.concatenate(values)[:len(self.features)]
+                collected[key].append(_padded_to(value, full[key]))
+        inverse = np.argsort(self._order)
+        return {key: np.concatenate(values)[:len(self.features)][inverse]
                 for key, values in collected.items()}
+
+    def _full_shapes(self, params: Any, keys: Sequence[str]) -> dict[str, tuple | None]:
+        """Each output's shape for an uncut batch (None without buckets: nothing to pad)."""
+        if self._lengths is None:
+            return {key: None for key in keys}
+        batch = {k: jax.ShapeDtypeStruct((self._batch_size, *v.shape[1:]), v.dtype)
+                 for k, v in self.features.arrays.items()}
+        shapes = jax.eval_shape(self._predict_step, params, batch)
+        return {key: tuple(shapes[key].shape[1:]) for key in keys}
 
     def metrics(self, params: Any) -> dict:
         return self.task.evaluate(self.examples, self.features, self.outputs(params))
+
+
+def _padded_to(value: np.ndarray, full: tuple | None) -> np.ndarray:
+    """A batch's output padded with zeros along its token axes to the uncut shape (the padded
+    positions are beyond every row's tokens, where nothing reads)."""
+    if full is None or tuple(value.shape[1:]) == full:
+        return value
+    return np.pad(value, [(0, 0)] + [(0, f - v) for v, f in zip(value.shape[1:], full)])
 
 
 def is_better(metric: str, new: float, old: float | None) -> bool:

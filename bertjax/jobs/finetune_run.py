@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from bertjax.atomic_files import write_json
-from bertjax.finetune import distillation, evaluation, readers
+from bertjax.finetune import distillation, evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches, process_share
 from bertjax.model import adaptation, prompting
 from bertjax.parallel import partitioning
@@ -58,7 +58,8 @@ class FinetuneRun:
         self.objective = distillation.task_objective(self.task, s.distill)
         index, count = process_share(mesh)
         self.batches = EpochBatches(data.train_features.arrays, s.train.batch_size, seed,
-                                    process_index=index, process_count=count)
+                                    process_index=index, process_count=count,
+                                    buckets=s.train.buckets(s.task_settings.max_seq_len))
         self.steps_per_epoch = self.batches.steps_per_epoch
         self.total = s.train.steps or s.train.epochs * self.steps_per_epoch
         self.record = {"best_step": None, "best_metric": None, "best": None, "history": []}
@@ -73,12 +74,14 @@ class FinetuneRun:
         self.evaluator = evaluation.Evaluator(
             self.task, make_predict_step(model, mesh, shardings), mesh,
             data.eval_features, data.eval_examples, s.train.eval_batch_size,
-            slice(index * eval_rows, (index + 1) * eval_rows))
+            slice(index * eval_rows, (index + 1) * eval_rows),
+            s.train.buckets(s.task_settings.max_seq_len))
         self.progress = loop.Progress(self.start_step, self.total, enabled=self.is_main)
         self.logger = LoggingHook(
             self.writer, s.train.log_every, summarize=self.objective.summarize,
             step_info=lambda step: {"epoch": self._epoch(step)},
-            tokens_in_step=lambda _: s.train.batch_size * s.task_settings.max_seq_len,
+            tokens_in_step=lambda step: s.train.batch_size * (
+                self.batches.length(step - 1) or s.task_settings.max_seq_len),
             progress=self.progress)
 
     def _epoch(self, step: int) -> float:
@@ -130,14 +133,42 @@ class FinetuneRun:
                   f"{_parameters(self.state.params, trains, self.trainable)}; "
                   f"{self.total} steps ({self.steps_per_epoch} per epoch); mesh "
                   f"{dict(mesh.shape)}", file=sys.stderr)
-        self.compiled = None
+        self.compiled = {}
         if self.total:
-            step = make_train_step(model, optimizer, mesh, begun.shardings,
-                                   accumulation_steps=s.train.accumulation_steps,
-                                   objective=self.objective, trains=trains)
-            self.compiled = compile_step(step, begun.abstract, shapes,
-                                         name="fine-tuning train step", verbose=self.is_main)
+            self._train_step = make_train_step(model, optimizer, mesh, begun.shardings,
+                                               accumulation_steps=s.train.accumulation_steps,
+                                               objective=self.objective, trains=trains)
+            self._abstract, self._shapes = begun.abstract, shapes
+            if self.is_main and self.batches.buckets:
+                bucketed, unbucketed = self.batches.padding()
+                print(f"length buckets {'/'.join(map(str, self.batches.buckets))}: "
+                      f"{bucketed:.2f} padding tokens per real token ({unbucketed:.2f} all "
+                      f"padded to {s.task_settings.max_seq_len}); first epoch's batch lengths "
+                      f"{', '.join(map(str, self.batches.lengths_used()))}", file=sys.stderr)
+            # The longest bucket first: the step with the largest memory, refused before any
+            # training if it does not fit.
+            self._compiled_for(self.batches.length_bound())
         return model, begun.shardings
+
+    def _compiled_for(self, length: int | None):
+        """The train step compiled for batches cut to `length` tokens (None: uncut), once per
+        bucket."""
+        if length not in self.compiled:
+            shapes = self._shapes if length is None else {
+                key: jax.ShapeDtypeStruct((v.shape[0], length, *v.shape[2:]), v.dtype,
+                                          sharding=v.sharding)
+                if key in length_bucketing.TOKEN_KEYS else v for key, v in self._shapes.items()}
+            name = "fine-tuning train step"
+            if self.batches.buckets:
+                name += f" for {length} tokens ({len(self.compiled) + 1} of at most " \
+                        f"{len(self.batches.buckets)} shapes)"
+            self.compiled[length] = compile_step(self._train_step, self._abstract, shapes,
+                                                 name=name, verbose=self.is_main)
+        return self.compiled[length]
+
+    def _step(self, state, batch):
+        length = batch["input_mask"].shape[1] if self.batches.buckets else None
+        return self._compiled_for(length)(state, partitioning.global_batch(batch, self.mesh))
 
     def save(self, step: int, state, metrics=None) -> None:
         """A checkpoint of `step`; only it and the best one are kept."""
@@ -178,7 +209,7 @@ class FinetuneRun:
             _, last_step = loop.run(
                 self.state, self.batches.iterate(self.start_step), start_step=self.start_step,
                 total_steps=self.total,
-                step_fn=lambda st, b: self.compiled(st, partitioning.global_batch(b, self.mesh)),
+                step_fn=self._step,
                 hooks=hooks, on_stop=self.save, progress=self.progress, stop_source=stop)
         except NonFiniteLossError as e:
             left = self.checkpointer.set_aside_diverged(e.first_bad_checkpoint)

@@ -25,7 +25,7 @@ import optax
 from bertjax import loading
 from bertjax.atomic_files import write_text
 from bertjax.errors import UserError
-from bertjax.finetune import evaluation, readers
+from bertjax.finetune import evaluation, length_bucketing, readers
 from bertjax.finetune.batches import process_share
 from bertjax.finetune.tasks import TaskSettings, make_task, task_class
 from bertjax.finetune.tasks.base import RECORDED_SETTINGS
@@ -92,7 +92,8 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
     examples = [_unlabeled(e) for e in readers.read(source, cls.kind)]
     loaded = loading.load(trained.path, step)
     predictions = predict_examples(loaded, task_settings, examples, s.data.predict,
-                                   s.mesh.make(), s.train.eval_batch_size, note=note)
+                                   s.mesh.make(), s.train.eval_batch_size, note=note,
+                                   buckets=s.train.buckets(task_settings.max_seq_len))
     if jax.process_index() == 0:
         write_text(output, _serialized(predictions))
         print(f"wrote {len(examples)} predictions to {output} (checkpoint step "
@@ -102,10 +103,14 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
 
 def predict_examples(loaded: loading.Loaded, task_settings: TaskSettings, examples: list,
                      where: str, mesh, batch_size: int, *, report: bool = True,
-                     note: str = ""):
+                     note: str = "", buckets: tuple[int, ...] | None = None):
     """A fine-tuned model's predictions for `examples` (the task's own format: a list, or for QA
     a dict of answers), with the task settings it was trained with. Shared by predict mode and
-    `bertjax.load(...).predict`."""
+    `bertjax.load(...).predict`. `buckets`: the lengths batches are cut to (default: multiples
+    of length_bucketing.DEFAULT_MULTIPLE)."""
+    if buckets is None:
+        buckets = length_bucketing.bucket_lengths(length_bucketing.DEFAULT_MULTIPLE,
+                                                  task_settings.max_seq_len)
     tokenizer = loaded.tokenizer()
     task = make_task(loaded.record["task"], task_settings, list(task_settings.labels), tokenizer)
     features = task.featurize(tokenizer, examples, where, training=False)
@@ -122,7 +127,7 @@ def predict_examples(loaded: loading.Loaded, task_settings: TaskSettings, exampl
     index, count = process_share(mesh)
     local = slice(index * batch_size // count, (index + 1) * batch_size // count)
     evaluator = evaluation.Evaluator(task, make_predict_step(model, mesh, shardings), mesh,
-                                     features, examples, batch_size, local)
+                                     features, examples, batch_size, local, buckets)
     return task.predict(examples, features, evaluator.outputs(params))
 
 

@@ -9,7 +9,7 @@ import math
 import ml_collections
 
 from bertjax.errors import UserError
-from bertjax.finetune import cloze, distillation, methods
+from bertjax.finetune import cloze, distillation, length_bucketing, methods
 from bertjax.finetune.distillation import DistillSettings
 from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
@@ -49,6 +49,10 @@ class TrainSettings:
     restarts: int
     log_every: int
     checkpoint_every: int
+    bucket_multiple: int = 0  # batches cut to multiples of this many tokens; 0: max_seq_len
+
+    def buckets(self, max_seq_len: int) -> tuple[int, ...]:
+        return length_bucketing.bucket_lengths(self.bucket_multiple, max_seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +106,7 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
                         f"task=finetune_classification, not {config.task}")
     train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
                           t.accumulation_steps, t.seed, t.restarts, t.log_every,
-                          t.checkpoint_every)
+                          t.checkpoint_every, t.get("bucket_multiple", 0))
     _check_train(train)
     if require_data and config.mode == "train" and not (data.train and data.eval):
         raise UserError("fine-tuning needs data.train and data.eval (the dev set picks the best "
@@ -201,7 +205,7 @@ def _check_train(t: TrainSettings) -> None:
     for name in ("batch_size", "eval_batch_size", "accumulation_steps", "restarts"):
         if getattr(t, name) <= 0:
             raise UserError(f"train.{name} must be positive, got {getattr(t, name)}")
-    for name in ("epochs", "steps", "log_every", "checkpoint_every"):
+    for name in ("epochs", "steps", "log_every", "checkpoint_every", "bucket_multiple"):
         if getattr(t, name) < 0:
             raise UserError(f"train.{name} must not be negative, got {getattr(t, name)}")
     if t.batch_size % t.accumulation_steps:
