@@ -1,10 +1,13 @@
 """`python -m bertjax.bench`: compile time, step time, tokens/s, TFLOP/s, MFU and peak memory of
 the pretraining train step; with --compare-torch, transformers' PyTorch BertForPreTraining timed
-in the same run on the same batch.
+in the same run on the same batch. `--task finetune` times an epoch of fine-tuning on the
+config's training data instead (bertjax.bench.finetune_epoch).
 
     python -m bertjax.bench --config=configs/base.py [--config.KEY=VALUE ...] [--seq-len 128]
         [--batch 8] [--predictions P] [--steps 5] [--warmup 2] [--compare-torch]
-        [--peak-tflops X] [--json OUT]
+        [--torch-bf16] [--peak-tflops X] [--json OUT]
+    python -m bertjax.bench --task finetune --config=configs/finetune_sentiment.py
+        --config.init_checkpoint=DIR [--examples 3000] [--compare-torch] [--torch-bf16]
 
 With --compare-torch the two steps are timed alternately (ours, theirs, ours, ...), so a change
 in the machine's load during the run falls on both alike.
@@ -49,6 +52,12 @@ def parse_args(argv: list[str]):
     """(bench options, config) from the command line; a bad flag or config is a UserError."""
     parser = _Parser(prog="python -m bertjax.bench", usage=USAGE, allow_abbrev=False,
                      description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=("pretrain", "finetune"), default="pretrain",
+                        help="what to time: the pretraining step, or an epoch of fine-tuning")
+    parser.add_argument("--examples", type=_at_least(int, 1),
+                        help="--task finetune: training rows (default: the config's limit)")
+    parser.add_argument("--torch-bf16", action="store_true",
+                        help="run the transformers peer under torch.autocast(bfloat16)")
     parser.add_argument("--seq-len", type=_at_least(int, 8),
                         help="tokens a sequence (default: the config's schedule.short_seq_len)")
     parser.add_argument("--batch", type=_at_least(int, 1), default=8, help="global batch size")
@@ -119,6 +128,10 @@ def time_steps(steps: list[Callable[[], None]], warmups: list[int],
 
 def run(options, config) -> dict:
     """Builds our step (and the peer's), times them, and returns every figure."""
+    if options.task == "finetune":
+        from bertjax.bench import finetune_epoch
+
+        return finetune_epoch.run(options, config)
     from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
     from bertjax.settings import pretrain
 
@@ -137,7 +150,7 @@ def run(options, config) -> dict:
         o = config.optimizer
         peer = TorchStep(ours.encoder, ours.batch_np, learning_rate=o.learning_rate,
                          weight_decay=o.weight_decay, betas=(o.b1, o.b2), eps=o.eps,
-                         clip_norm=o.clip_norm, seed=config.train.seed)
+                         clip_norm=o.clip_norm, seed=config.train.seed, bf16=options.torch_bf16)
     # One step of ours first (a warmup step when --warmup > 0): its memory figures are read
     # before the peer's first step can raise the process's RSS mark.
     ours.step()
@@ -151,6 +164,7 @@ def run(options, config) -> dict:
         result["torch"] = {**theirs, "tokens_per_s": ours.workload.tokens / theirs["step_s"],
                            "params": peer.params, "threads": peer.threads,
                            "attention": peer.attention, "loss": peer.last_loss(),
+                           "precision": "bf16 autocast" if options.torch_bf16 else "fp32",
                            **peer.versions}
         result["speedup_vs_torch"] = result["tokens_per_s"] / result["torch"]["tokens_per_s"]
     return result
@@ -224,7 +238,7 @@ def describe(r: dict) -> str:
             f"max {t['step_s_max']:.3f}), {t['cores_busy']:.2f} cores busy, "
             f"{t['tokens_per_s']:,.0f} tokens/s; transformers "
             f"{t['transformers']} BertForPreTraining ({t['attention']} attention), torch "
-            f"{t['torch']}, fp32, {t['threads']} threads",
+            f"{t['torch']}, {t['precision']}, {t['threads']} threads",
             f"ratio:    {r['speedup_vs_torch']:.2f}x (our tokens/s over torch's)",
         ]
     return "\n".join(lines)
@@ -238,7 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         report(str(e))
         return EXIT_BAD_INPUT
-    print(describe(result), flush=True)
+    if options.task == "finetune":
+        from bertjax.bench.finetune_epoch import describe as describe_epoch
+
+        print(describe_epoch(result), flush=True)
+    else:
+        print(describe(result), flush=True)
     if options.json:
         atomic_files.write_json(options.json, result)
     return 0

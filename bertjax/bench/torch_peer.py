@@ -30,6 +30,21 @@ def check_objective(name: str) -> None:
                         f"objective 'bert', not {name!r}")
 
 
+def hf_config(encoder: EncoderConfig, **extra):
+    """transformers' BertConfig of the same shape and dropout as `encoder`."""
+    import transformers
+
+    return transformers.BertConfig(
+        vocab_size=encoder.vocab_size, hidden_size=encoder.hidden_size,
+        num_hidden_layers=encoder.num_layers, num_attention_heads=encoder.num_heads,
+        intermediate_size=encoder.intermediate_size, hidden_act="gelu",
+        hidden_dropout_prob=encoder.hidden_dropout,
+        attention_probs_dropout_prob=encoder.attention_dropout,
+        max_position_embeddings=encoder.max_position_embeddings,
+        type_vocab_size=encoder.type_vocab_size, layer_norm_eps=encoder.layer_norm_eps,
+        initializer_range=encoder.initializer_range, pad_token_id=encoder.pad_token_id, **extra)
+
+
 class TorchStep:
     """Builds transformers' model and AdamW; `step()` runs one update to completion.
 
@@ -38,7 +53,7 @@ class TorchStep:
 
     def __init__(self, encoder: EncoderConfig, batch: dict[str, np.ndarray], *,
                  learning_rate: float, weight_decay: float, betas: tuple[float, float],
-                 eps: float, clip_norm: float, seed: int = 0):
+                 eps: float, clip_norm: float, seed: int = 0, bf16: bool = False):
         try:
             import torch
             import transformers
@@ -50,16 +65,8 @@ class TorchStep:
         torch.manual_seed(seed)
         self._torch = torch
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
-        config = transformers.BertConfig(
-            vocab_size=encoder.vocab_size, hidden_size=encoder.hidden_size,
-            num_hidden_layers=encoder.num_layers, num_attention_heads=encoder.num_heads,
-            intermediate_size=encoder.intermediate_size, hidden_act="gelu",
-            hidden_dropout_prob=encoder.hidden_dropout,
-            attention_probs_dropout_prob=encoder.attention_dropout,
-            max_position_embeddings=encoder.max_position_embeddings,
-            type_vocab_size=encoder.type_vocab_size, layer_norm_eps=encoder.layer_norm_eps,
-            initializer_range=encoder.initializer_range, pad_token_id=encoder.pad_token_id)
-        self.model = transformers.BertForPreTraining(config).train()
+        self.model = transformers.BertForPreTraining(hf_config(encoder)).train()
+        self.bf16 = bf16  # torch.autocast("cpu", dtype=torch.bfloat16) around the forward
         self.attention = str(self.model.config._attn_implementation)
         self.params = sum(p.numel() for p in self.model.parameters())
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate,
@@ -69,13 +76,14 @@ class TorchStep:
         self.loss: float | None = None
 
     def step(self) -> None:
-        loss = self.model(**self.inputs).loss
+        with self._torch.autocast("cpu", dtype=self._torch.bfloat16, enabled=self.bf16):
+            loss = self.model(**self.inputs).loss
         loss.backward()
         if self.clip_norm > 0:
             self._torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.loss = float(loss.detach())
+        self.loss = float(loss.detach().float())
 
     def last_loss(self) -> float:
         return float("nan") if self.loss is None else self.loss

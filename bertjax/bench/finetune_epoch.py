@@ -1,0 +1,243 @@
+"""`python -m bertjax.bench --task finetune`: one epoch of fine-tuning on the config's real
+training data, ours against transformers' PyTorch model, in the same run.
+
+Ours is the job's own pieces: the task's features and model, the recipe's optimizer, the
+generic donated train step, and the job's batch order (EpochBatches, with the config's length
+buckets), one step compiled per bucket as the job does; timed twice, with buckets and with every
+batch padded to max_seq_len, so the table shows what bucketing buys. The peer is what a
+transformers user runs: the matching `*ForSequenceClassification` / `*ForTokenClassification`,
+AdamW with the same settings, the same rows in a seeded random order, each batch padded to its
+own longest row (DataCollatorWithPadding), gradient clipping. Both start from the same random
+initialization (the weights do not change the time); `--torch-bf16` runs the peer under
+`torch.autocast("cpu", dtype=torch.bfloat16)`, our precision is the config's model.dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+
+from bertjax.errors import UserError
+from bertjax.finetune.batches import EpochBatches
+from bertjax.finetune.distillation import task_objective
+from bertjax.finetune.length_bucketing import TOKEN_KEYS
+from bertjax.finetune.task_data import read_task_data
+from bertjax.jobs.finetune import starting_point
+from bertjax.parallel import partitioning
+from bertjax.settings import finetune as finetune_settings
+from bertjax.train.compilation import compile_step
+from bertjax.train.optimizer import make_optimizer
+from bertjax.train.state import create_train_state, param_count
+from bertjax.train.step import make_train_step
+
+TASKS = {"finetune_classification": "sequence", "finetune_token_classification": "token"}
+
+
+@dataclasses.dataclass
+class EpochTiming:
+    label: str
+    seconds: float  # the epoch's steps, compiled steps only
+    compile_seconds: float
+    compiles: int
+    tokens: int  # tokens the steps processed, padding included
+    real_tokens: int
+    steps: int
+    loss: float
+
+    def as_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "padded_tokens_per_real": self.tokens /
+                max(self.real_tokens, 1) - 1, "examples_per_s": None}
+
+
+def read(config, examples: int):
+    """(settings, start, data): the job's reading of the config, training rows limited."""
+    if config.get("task") not in TASKS:
+        raise UserError(f"--task finetune times {', '.join(TASKS)}; the config's task is "
+                        f"{config.get('task')!r}")
+    if examples:
+        config.data.max_train_examples = examples
+    config.data.max_eval_examples = 1
+    s = finetune_settings.read(config)
+    if s.method.name != "full" or s.distill is not None:
+        raise UserError("--task finetune times full fine-tuning (finetune.method=full, no "
+                        "distill.teacher)")
+    start = starting_point(s, with_params=False)
+    return s, start, read_task_data(s, start.tokenizer)
+
+
+class OurEpoch:
+    def __init__(self, s, start, data, buckets: tuple[int, ...]):
+        self.s, self.data = s, data
+        self.mesh = s.mesh.make()
+        arrays = data.train_features.arrays
+        self.batches = EpochBatches(arrays, s.train.batch_size, s.train.seed, buckets=buckets)
+        self.model = data.task.model(start.encoder, False)
+        self.optimizer = make_optimizer(s.optimizer_config(self.batches.steps_per_epoch))
+        shapes = {k: jax.ShapeDtypeStruct((s.train.batch_size, *v.shape[1:]), v.dtype,
+                                          sharding=partitioning.batch_sharding(self.mesh))
+                  for k, v in arrays.items()}
+        self.shapes = shapes
+        self.state, self.shardings = create_train_state(self.model, self.optimizer, shapes,
+                                                        self.mesh, s.train.seed)
+        self.params = param_count(self.state.params)
+        self.step = make_train_step(self.model, self.optimizer, self.mesh, self.shardings,
+                                    accumulation_steps=s.train.accumulation_steps,
+                                    objective=task_objective(data.task, None))
+        self.compiled: dict = {}
+        self.compile_seconds = 0.0
+
+    def _compiled(self, length: int):
+        if length not in self.compiled:
+            shapes = {k: jax.ShapeDtypeStruct((v.shape[0], length, *v.shape[2:]), v.dtype,
+                                              sharding=v.sharding)
+                      if k in TOKEN_KEYS else v
+                      for k, v in self.shapes.items()}
+            abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                                   sharding=x.sharding),
+                                    self.state)
+            compiled = compile_step(self.step, abstract, shapes, name="bench step",
+                                    verbose=False)
+            self.compile_seconds += compiled.compile_seconds
+            self.compiled[length] = compiled
+        return self.compiled[length]
+
+    def run(self, label: str) -> EpochTiming:
+        """Compiles every shape the epoch needs, then times the epoch's steps."""
+        steps = self.batches.steps_per_epoch
+        host = [self.batches.batch(i) for i in range(steps)]
+        lengths = [b["input_mask"].shape[1] for b in host]
+        for length in sorted(set(lengths)):
+            self._compiled(length)
+        placed = [partitioning.global_batch(b, self.mesh) for b in host]
+        started = time.perf_counter()
+        metrics = None
+        for batch, length in zip(placed, lengths):
+            self.state, metrics = self.compiled[length](self.state, batch)
+        loss = float(jax.device_get(metrics["loss"])) if metrics is not None else float("nan")
+        seconds = time.perf_counter() - started
+        real = sum(int(b["input_mask"][b["weight"] > 0].sum()) for b in host)
+        tokens = sum(b["input_mask"].size for b in host)
+        return EpochTiming(label, seconds, self.compile_seconds, len(self.compiled), tokens,
+                           real, steps, loss)
+
+
+class TorchEpoch:
+    """transformers' model for the task, trained an epoch with dynamic padding."""
+
+    def __init__(self, s, start, data, *, bf16: bool):
+        try:
+            import torch
+            import transformers
+        except ImportError as e:
+            raise UserError(f"--compare-torch needs torch and transformers ({e}); install "
+                            "bertjax[hf]") from None
+        from bertjax.bench.torch_peer import cpu_threads, hf_config
+
+        self.torch, self.bf16 = torch, bf16
+        self.threads = cpu_threads()
+        torch.set_num_threads(self.threads)
+        torch.manual_seed(s.train.seed)
+        self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+        kind = TASKS[s.task]
+        labels = len(data.task.labels)
+        cls = (transformers.BertForSequenceClassification if kind == "sequence"
+               else transformers.BertForTokenClassification)
+        self.model = cls(hf_config(start.encoder, num_labels=labels)).train()
+        self.params = sum(p.numel() for p in self.model.parameters())
+        o = s.optimizer_config(1)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o.learning_rate,
+                                           betas=(o.b1, o.b2), eps=o.eps,
+                                           weight_decay=o.weight_decay)
+        self.clip_norm = o.clip_norm
+        self.kind = kind
+        self.arrays = data.train_features.arrays
+        self.batch_size = s.train.batch_size
+        self.seed = s.train.seed
+
+    def _batches(self) -> list[dict]:
+        """A seeded random order, each batch padded to its longest row (the last one short)."""
+        torch, a = self.torch, self.arrays
+        lengths = a["input_mask"].sum(axis=1)
+        order = np.random.default_rng(self.seed).permutation(len(lengths))
+        out = []
+        for first in range(0, len(order), self.batch_size):
+            rows = order[first:first + self.batch_size]
+            t = int(lengths[rows].max())
+            batch = {"input_ids": a["input_ids"][rows, :t],
+                     "token_type_ids": a["segment_ids"][rows, :t],
+                     "attention_mask": a["input_mask"][rows, :t]}
+            if self.kind == "sequence":
+                batch["labels"] = a["label"][rows]
+            else:
+                labels = np.where(a["label_mask"][rows, :t] > 0, a["label_ids"][rows, :t], -100)
+                batch["labels"] = labels
+            out.append({k: torch.from_numpy(np.asarray(v, np.int64)) for k, v in batch.items()})
+        return out
+
+    def run(self, label: str) -> EpochTiming:
+        torch = self.torch
+        batches = self._batches()
+        started = time.perf_counter()
+        loss = None
+        for batch in batches:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                loss = self.model(**batch).loss
+            loss.backward()
+            if self.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        seconds = time.perf_counter() - started
+        tokens = sum(b["input_ids"].numel() for b in batches)
+        real = sum(int(b["attention_mask"].sum()) for b in batches)
+        return EpochTiming(label, seconds, 0.0, 0, tokens, real, len(batches),
+                           float(loss.detach().float()) if loss is not None else float("nan"))
+
+
+def run(options, config) -> dict:
+    s, start, data = read(config, options.examples)
+    max_len = s.task_settings.max_seq_len
+    buckets = s.train.buckets(max_len)
+    rows = len(data.train_features)
+    timings = []
+    ours = OurEpoch(s, start, data, buckets)
+    timings.append(ours.run(f"bertjax, buckets {'/'.join(map(str, buckets))}"))
+    if len(buckets) > 1:
+        padded = OurEpoch(s, start, data, (max_len,))
+        timings.append(padded.run(f"bertjax, padded to {max_len}"))
+    peer = None
+    if options.compare_torch:
+        peer = TorchEpoch(s, start, data, bf16=options.torch_bf16)
+        precision = "bf16 autocast" if options.torch_bf16 else "fp32"
+        timings.append(peer.run(f"transformers {peer.versions['transformers']}, dynamic "
+                                f"padding, {precision}"))
+    result = {"task": s.task, "rows": rows, "batch": s.train.batch_size, "max_seq_len": max_len,
+              "dtype": start.encoder.dtype, "params": ours.params,
+              "devices": jax.device_count(), "platform": jax.devices()[0].platform,
+              "torch_threads": peer.threads if peer else None,
+              "epochs": [dict(t.as_dict(), examples_per_s=rows / t.seconds) for t in timings]}
+    if peer is not None:
+        result["speedup_vs_torch"] = timings[-1].seconds / timings[0].seconds
+        result["speedup_vs_torch_with_compile"] = timings[-1].seconds / (
+            timings[0].seconds + timings[0].compile_seconds)
+    return result
+
+
+def describe(r: dict) -> str:
+    lines = [f"task:     {r['task']}, {r['rows']:,} training rows, batch {r['batch']}, "
+             f"max_seq_len {r['max_seq_len']}, {r['params']:,} parameters, our dtype "
+             f"{r['dtype']}, {r['devices']} x {r['platform']}"
+             + (f", torch {r['torch_threads']} threads" if r["torch_threads"] else ""),
+             "| run | epoch s | examples/s | compile s (shapes) | padding tokens per real "
+             "token | last loss |", "|---|---|---|---|---|---|"]
+    for e in r["epochs"]:
+        compiled = f"{e['compile_seconds']:.1f} ({e['compiles']})" if e["compiles"] else "-"
+        lines.append(f"| {e['label']} | {e['seconds']:.2f} | {e['examples_per_s']:,.0f} | "
+                     f"{compiled} | {e['padded_tokens_per_real']:.2f} | {e['loss']:.4f} |")
+    if "speedup_vs_torch" in r:
+        lines.append(f"ratio:    {r['speedup_vs_torch']:.2f}x transformers' epoch time "
+                     f"({r['speedup_vs_torch_with_compile']:.2f}x counting our compilation)")
+    return "\n".join(lines)
