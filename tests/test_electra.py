@@ -99,19 +99,25 @@ def test_the_discriminator_reads_the_generators_samples():
     disc, gen = tiny_models()
     model = ElectraForPretraining(disc, gen)
     batch = hand_batch()
-    params = nn.meta.unbox(model.init({"params": jax.random.PRNGKey(0)}, batch)["params"])
+    init = jax.jit(lambda key: model.init({"params": key}, batch))  # eager init is slow
+    params = nn.meta.unbox(init(jax.random.PRNGKey(0))["params"])
     # A generator that always samples token 9: slot (0, 1) holds 9 already, so only it stays
     # original; the unused slots write nothing.
     params["generator_head"]["bias"] = jnp.zeros(V).at[9].set(1e4)
-    out = model.apply({"params": params}, batch, deterministic=False,
-                      rngs={"dropout": jax.random.PRNGKey(3)})
+    out = jax.jit(lambda p: model.apply({"params": p}, batch, deterministic=False,
+                                        rngs={"dropout": jax.random.PRNGKey(3)}))(params)
     np.testing.assert_array_equal(out["sampled_ids"], np.full((2, 3), 9))
     expected_ids = np.array([[2, 9, 3, 9, 9, 3], [2, 7, 9, 3, 0, 0]], np.int32)
     np.testing.assert_array_equal(out["rtd_labels"], [[0, 1, 0, 0, 1, 0], [0, 0, 1, 0, 0, 0]])
-    encoded = Encoder(disc).apply({"params": params["encoder"]}, expected_ids,
-                                  batch["segment_ids"], batch["input_mask"])
-    scores = DiscriminatorHead(disc).apply({"params": params["discriminator_head"]},
-                                           encoded.sequence)
+
+    @jax.jit
+    def discriminate(p):
+        encoded = Encoder(disc).apply({"params": p["encoder"]}, expected_ids,
+                                      batch["segment_ids"], batch["input_mask"])
+        return DiscriminatorHead(disc).apply({"params": p["discriminator_head"]},
+                                             encoded.sequence)
+
+    scores = discriminate(params)
     np.testing.assert_allclose(out["rtd_logits"], scores, atol=1e-6)
     assert out["mlm_logits"].shape == (2, 3, V) and out["mlm_logits"].dtype == jnp.float32
 
