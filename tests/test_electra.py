@@ -21,6 +21,8 @@ from pretrain_runs import tiny_args
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 V = 11
+# Compiling, not running, dominates these tiny steps.
+FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 
 def hand_batch():
@@ -156,3 +158,51 @@ def test_bad_electra_configs_exit_2_with_one_line(tmp_path, capsys, overrides, m
     err = capsys.readouterr().err.strip()
     assert err.startswith("bertjax: error:") and "\n" not in err and message in err, err
     assert not workdir.exists() and not (tmp_path / "no-corpus").exists()
+
+
+def test_a_sharded_step_equals_the_one_device_step():
+    """(data, fsdp, tensor) = (2, 2, 2) against one device, dropout and sampling on: the
+    replacement, the one-hot scatter and the RTD sums shard like the rest of the step."""
+    from bertjax.parallel import partitioning
+    from bertjax.parallel.mesh import make_mesh
+    from bertjax.train.optimizer import OptimizerConfig, make_optimizer
+    from bertjax.train.state import abstract_train_state, create_train_state
+    from bertjax.train.step import make_train_step
+
+    disc = preset("tiny", vocab_size=64, max_position_embeddings=16, scan_layers=True)
+    model = ElectraForPretraining(disc, disc.replace(hidden_size=32, num_heads=2,
+                                                     intermediate_size=64))
+    rng = np.random.default_rng(0)
+    batch = {"input_ids": rng.integers(5, 64, (8, 12)).astype(np.int32),
+             "segment_ids": np.zeros((8, 12), np.int32),
+             "input_mask": (np.arange(12)[None] < rng.integers(6, 13, (8, 1))).astype(np.int32),
+             "masked_positions": np.tile(np.array([1, 3, 5], np.int32), (8, 1)),
+             "masked_ids": rng.integers(5, 64, (8, 3)).astype(np.int32),
+             "masked_weights": np.ones((8, 3), np.float32)}
+    shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
+    optimizer = make_optimizer(OptimizerConfig(total_steps=10, warmup_steps=1,
+                                               learning_rate=1e-3))
+    objective = electra_objective(50.0)
+    results = []
+    start = None
+    for mesh in (make_mesh(1, 1, 1, devices=jax.devices()[:1]), make_mesh(2, 2, 2)):
+        if start is None:
+            state, shardings = create_train_state(model, optimizer, shapes, mesh, seed=0)
+            start = jax.device_get(state)
+        else:
+            _, shardings = abstract_train_state(model, optimizer, shapes, mesh, seed=0)
+            state = jax.device_put(start, shardings)
+        global_batch = partitioning.global_batch(batch, mesh)
+        step = make_train_step(model, optimizer, mesh, shardings, objective=objective).lower(
+            state, global_batch).compile(compiler_options=FAST_COMPILE)
+        metrics = []
+        for _ in range(2):
+            state, m = step(state, global_batch)
+            metrics.append(jax.device_get(m))
+        results.append((jax.device_get(state.params), metrics))
+    (p1, m1), (p8, m8) = results
+    for a, b in zip(m1, m8):
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p1, p8)
+    assert m1[0]["rtd_replaced_weight"] > 0
