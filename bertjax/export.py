@@ -11,7 +11,9 @@ OUT/tokenizer), which `--config.init_checkpoint=OUT` starts a run from. `hf` wri
 model.safetensors and the tokenizer files (vocab.txt, tokenizer_config.json,
 special_tokens_map.json) that transformers' `from_pretrained(OUT)` loads: BertForPreTraining for
 a pretraining run (BertForMaskedLM without NSP), BertForSequenceClassification,
-BertForTokenClassification or BertForQuestionAnswering for a fine-tuned one. What has no Hugging
+BertForTokenClassification or BertForQuestionAnswering for a fine-tuned one; an ELECTRA run
+becomes ElectraForPreTraining (the discriminator) in OUT and ElectraForMaskedLM (the generator)
+in OUT/generator. What has no Hugging
 Face counterpart (the SpanBERT head, a CRF, a SentencePiece vocabulary) is named on stderr.
 OUT must not exist unless --overwrite; it appears whole or not at all.
 
@@ -31,7 +33,8 @@ import sys
 
 from bertjax import loading
 from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
-from bertjax.interop import adapters_dir, hf_files, hf_models, output_dir, params_dir
+from bertjax.interop import (adapters_dir, hf_electra, hf_files, hf_models, output_dir,
+                             params_dir)
 from bertjax.model import adaptation
 from bertjax.library_logs import quiet_routine_library_logs
 
@@ -131,14 +134,20 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
         params_dir.save(output, params, model, heads=bundle.heads,
                         tokenizer=vocabulary, info=record, overwrite=overwrite)
         return warnings
-    hf = hf_models.to_hf(params, model, bundle.heads)
+    # An ELECTRA run is two models: the discriminator in OUT, the generator in a subdirectory.
+    models = (hf_electra.to_hf(params, model, bundle.heads) if hf_electra.is_electra(bundle.heads)
+              else {"": hf_models.to_hf(params, model, bundle.heads)})
+    notes = [note for hf in models.values() for note in hf.notes]
     with output_dir.staged(output, overwrite=overwrite) as staging:
-        hf_files.write_model(staging, hf.config, hf.state_dict)
-        if vocabulary is not None:
-            note = hf_files.write_tokenizer(staging, vocabulary,
-                                            bundle.encoder.max_position_embeddings)
-            warnings += [note] if note else []
-    return hf.notes + warnings
+        for subdir, hf in models.items():
+            directory = os.path.join(staging, subdir)
+            os.makedirs(directory, exist_ok=True)
+            hf_files.write_model(directory, hf.config, hf.state_dict)
+            if vocabulary is not None:
+                note = hf_files.write_tokenizer(directory, vocabulary,
+                                                bundle.encoder.max_position_embeddings)
+                notes += [note] if note and not subdir else []
+    return notes + warnings
 
 
 @exit_on_user_error

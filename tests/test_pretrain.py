@@ -112,7 +112,7 @@ def test_sigterm_writes_a_checkpoint_and_exits_0(tmp_path, small_corpus_dir):
     ({"train.steps": 0}, "train.steps must be positive"),
     ({"train.steps": -5}, "train.steps must be positive"),
     ({"model.preset": "huge"}, "unknown model preset"),
-    ({"objective": "electra"}, "unknown objective"),
+    ({"objective": "xlnet"}, "unknown objective"),
     ({"objective": "spanbert"}, "masking.strategy='span'"),
     ({"masking.strategy": "sentence"}, "masking"),
     ({"train.stepz": 3}, "unknown config key"),

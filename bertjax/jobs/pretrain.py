@@ -15,13 +15,12 @@ import jax
 from bertjax import loading
 from bertjax.data.schema import abstract_batch
 from bertjax.errors import UserError
-from bertjax.jobs import common, pretraining_data
+from bertjax.jobs import common, pretraining_data, pretraining_model
 from bertjax.jobs.run_directory import RunDirectory
-from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import distributed, partitioning
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.settings.shared import layout_of
-from bertjax.train import loop, objectives, warm_start
+from bertjax.train import loop, warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.compilation import compile_step
 from bertjax.train.logging_hook import LoggingHook, window_summary
@@ -70,15 +69,14 @@ def _run(s: PretrainSettings, workdir: str, stop) -> dict:
         encoder = s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad,
                                   source.encoder if source is not None else None)
         compared = {"task": "pretrain", "model": layout_of(encoder),
-                    "objective": s.objective.name}
+                    "objective": s.objective.name,
+                    **pretraining_model.compared_layout(s, encoder)}
         run_dir.check(compared)
         data = pretraining_data.batches(s, prepared, process_index=share.index,
                                         process_count=share.count)
         return _train(s, run_dir, stop, mesh, encoder, data, source, compared, info={
             "encoder": dataclasses.asdict(encoder), "task": "pretrain",
-            "heads": {"nsp": s.objective.nsp, "sbo": s.objective.sbo,
-                      "max_span_length": s.masking.max_span_length,
-                      "pooler_trained": s.objective.nsp},
+            "heads": pretraining_model.heads_record(s, encoder),
             "tokenizer_dir": os.path.join(s.data.prepared_dir(run_dir.path), "tokenizer")})
 
 
@@ -100,6 +98,7 @@ def _check_model(s: PretrainSettings, source: loading.Loaded | None, required) -
     recorded = source.require_encoder() if s.model.from_checkpoint else None
     vocab_size = required.vocab_size if required is not None else s.data.vocab_size
     encoder = s.model.encoder(vocab_size, recorded=recorded)
+    pretraining_model.generator_of(s, encoder)  # refuses a generator that does not fit
     longest = max(phase.seq_len for phase in s.schedule.phases)
     if longest > encoder.max_position_embeddings:
         raise UserError(f"schedule sequence length {longest} exceeds the model's "
@@ -110,8 +109,7 @@ def _train(s: PretrainSettings, run_dir: RunDirectory, stop, mesh, encoder, data
            source: loading.Loaded | None, compared: dict, info: dict) -> dict:
     is_main = jax.process_index() == 0
     workdir = run_dir.path
-    model = BertForPretraining(encoder, nsp=s.objective.nsp, sbo=s.objective.sbo,
-                               max_span_length=s.masking.max_span_length)
+    model, objective = pretraining_model.build(s, encoder)
     # Only NSP reads the pooled output: without it the pooler gets no gradient, only decay.
     untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
     optimizer = make_optimizer(s.optimizer, untrained=untrained)
@@ -128,7 +126,8 @@ def _train(s: PretrainSettings, run_dir: RunDirectory, stop, mesh, encoder, data
     abstract, shardings = common.abstract_state(model, optimizer, first_shapes, mesh,
                                                 s.train.seed)
     train_step = make_train_step(model, optimizer, mesh, shardings,
-                                 accumulation_steps=s.train.accumulation_steps)
+                                 accumulation_steps=s.train.accumulation_steps,
+                                 objective=objective)
     # Compiled from shapes alone, before any state exists: a config that does not fit is
     # refused before a byte of it is allocated.
     compiled = {}
@@ -162,16 +161,17 @@ def _train(s: PretrainSettings, run_dir: RunDirectory, stop, mesh, encoder, data
                   f"objective {s.objective.name}, mesh {dict(mesh.shape)}", file=sys.stderr)
         if common.stopped_before_start(stop):
             return {}
-        return _loop(s, workdir, stop, mesh, model, start, compiled, data, checkpointer)
+        return _loop(s, workdir, stop, mesh, model, objective, start, compiled, data,
+                     checkpointer)
     finally:
         checkpointer.close()
 
 
-def _loop(s: PretrainSettings, workdir: str, stop, mesh, model, start: common.Start,
-          compiled: dict, data, checkpointer: Checkpointer) -> dict:
+def _loop(s: PretrainSettings, workdir: str, stop, mesh, model, objective,
+          start: common.Start, compiled: dict, data, checkpointer: Checkpointer) -> dict:
     is_main = jax.process_index() == 0
     schedule, total_steps = s.schedule, s.train.steps
-    eval_step = make_eval_step(model, mesh, start.shardings)
+    eval_step = make_eval_step(model, mesh, start.shardings, objective=objective)
 
     def step_fn(state, local_batch):
         seq_len = local_batch["input_ids"].shape[1]
@@ -183,7 +183,7 @@ def _loop(s: PretrainSettings, workdir: str, stop, mesh, model, start: common.St
     writer = MetricsWriter(workdir, enabled=is_main)
     progress = loop.Progress(start.step, total_steps, enabled=is_main)
     logger = LoggingHook(
-        writer, s.train.log_every, summarize=objectives.summarize,
+        writer, s.train.log_every, summarize=objective.summarize,
         step_info=lambda step: {"seq_len": schedule.phase_at(step - 1).seq_len},
         tokens_in_step=lambda step: s.train.batch_size * schedule.phase_at(step - 1).seq_len,
         progress=progress)
@@ -196,7 +196,7 @@ def _loop(s: PretrainSettings, workdir: str, stop, mesh, model, start: common.St
                                          data.eval_batches(phase, s.train.eval_batches)]
         sums = [eval_step(state.params, b) for b in eval_cache[phase.seq_len]]
         if sums:
-            summary = window_summary(jax.device_get(sums), objectives.summarize)
+            summary = window_summary(jax.device_get(sums), objective.summarize)
             writer.write(step, {f"eval_{k}": v for k, v in summary.items()})
 
     def checkpoint(step, state, metrics):

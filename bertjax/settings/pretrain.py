@@ -11,6 +11,7 @@ import ml_collections
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.errors import UserError
+from bertjax.settings import electra
 from bertjax.settings.shared import (MeshSettings, ModelSpec, fields_of, mesh_settings,
                                      model_spec)
 from bertjax.train.optimizer import OptimizerConfig
@@ -20,6 +21,8 @@ OBJECTIVES = {
     "bert": (True, False, "nsp"),
     "roberta": (False, False, "full_sentences"),
     "spanbert": (False, True, "full_sentences"),
+    # replaced token detection: a generator's samples replace the masked tokens (settings/electra)
+    "electra": (False, False, "full_sentences"),
 }
 
 
@@ -29,6 +32,7 @@ class PretrainingObjective:
     nsp: bool
     sbo: bool
     mode: str  # how examples are built: NSP pairs or full sentences
+    electra: electra.ElectraSettings | None = None  # objective "electra" only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +107,9 @@ def read(config: ml_collections.ConfigDict, overridden: frozenset = frozenset()
     _check_loop(train)
     model = model_spec(config.model)
     schedule = _schedule(config, train.steps)
+    if objective.electra is not None and not model.from_checkpoint:
+        # The generator's size and vocabulary, refused now; from a checkpoint, by the job.
+        objective.electra.generator(model.encoder(vocab_size=config.data.vocab_size))
     longest = max(phase.seq_len for phase in schedule.phases)
     if longest > model.max_position_embeddings and not model.from_checkpoint:
         raise UserError(f"schedule sequence length {longest} exceeds "
@@ -130,7 +137,8 @@ def _objective(config: ml_collections.ConfigDict) -> PretrainingObjective:
     if sbo and config.masking.strategy != "span":
         raise UserError("objective spanbert needs masking.strategy='span' (the span boundary "
                         f"objective predicts masked spans), got {config.masking.strategy!r}")
-    return PretrainingObjective(name, nsp, sbo, mode)
+    return PretrainingObjective(name, nsp, sbo, mode,
+                                electra.read(config) if name == "electra" else None)
 
 
 def _check_loop(train: PretrainLoop) -> None:

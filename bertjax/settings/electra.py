@@ -1,0 +1,66 @@
+"""ELECTRA's settings (Clark et al., 2020): the generator's size relative to the discriminator and
+the weight of replaced token detection, refused by key name before anything is written."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+from bertjax.errors import UserError
+from bertjax.model.config import EncoderConfig
+
+DEFAULTS = dict(generator_hidden_size=0, generator_num_layers=0, generator_num_heads=0,
+                generator_intermediate_size=0, generator_vocab_size=0,
+                discriminator_weight=50.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ElectraSettings:
+    # 0 in any size: the paper's choice (a quarter of the discriminator's width, its depth,
+    # one head per 64 dimensions, a feed-forward 4x the width).
+    generator_hidden_size: int
+    generator_num_layers: int
+    generator_num_heads: int
+    generator_intermediate_size: int
+    # 0: the discriminator's. The two share their embeddings, so any other value is refused.
+    generator_vocab_size: int
+    discriminator_weight: float  # lambda in loss = MLM(generator) + lambda * RTD(discriminator)
+
+    def generator(self, discriminator: EncoderConfig) -> EncoderConfig:
+        """The generator's encoder: the discriminator's numerics, vocabulary and positions (its
+        embeddings are the discriminator's), with its own, smaller, sizes."""
+        vocab = self.generator_vocab_size
+        if vocab and vocab != discriminator.vocab_size:
+            raise UserError(f"electra.generator_vocab_size {vocab} differs from the "
+                            f"discriminator's vocabulary of {discriminator.vocab_size}: the two "
+                            "share their embeddings (leave it 0)")
+        hidden = self.generator_hidden_size or max(1, discriminator.hidden_size // 4)
+        layers = self.generator_num_layers or discriminator.num_layers
+        if hidden > discriminator.hidden_size or layers > discriminator.num_layers:
+            raise UserError(f"the generator ({layers} layers of {hidden}) is larger than the "
+                            f"discriminator ({discriminator.num_layers} layers of "
+                            f"{discriminator.hidden_size}); ELECTRA's generator is the smaller")
+        heads = self.generator_num_heads or max(1, hidden // 64)
+        intermediate = self.generator_intermediate_size or 4 * hidden
+        try:
+            return discriminator.without_adaptation().replace(
+                hidden_size=hidden, num_layers=layers, num_heads=heads,
+                intermediate_size=intermediate)
+        except UserError as e:
+            raise UserError(f"electra generator: {e}") from None
+
+
+def read(config: ml_collections.ConfigDict) -> ElectraSettings:
+    section = config.get("electra") or ml_collections.ConfigDict()
+    unknown = sorted(set(section.keys()) - set(DEFAULTS))
+    if unknown:
+        raise UserError(f"unknown setting(s) {', '.join('electra.' + k for k in unknown)}")
+    values = {key: section.get(key, default) for key, default in DEFAULTS.items()}
+    for key, value in values.items():
+        if key != "discriminator_weight" and int(value) < 0:
+            raise UserError(f"electra.{key} must not be negative, got {value}")
+    if not float(values["discriminator_weight"]) > 0:
+        raise UserError(f"electra.discriminator_weight (lambda) must be positive, got "
+                        f"{values['discriminator_weight']}")
+    return ElectraSettings(**values)

@@ -1,0 +1,33 @@
+"""ELECTRA (Clark et al., 2020): replaced token detection. A generator a quarter of the
+discriminator's width (a masked LM over the 15% masked tokens) and the discriminator (BERT-base)
+are trained jointly; the generator's samples replace the masked tokens and the discriminator
+tells every token original or replaced. loss = MLM(generator) + 50 * RTD(discriminator). The
+embeddings are shared; fine-tuning and export start from the discriminator.
+
+    python -m bertjax.main --config=configs/electra.py --workdir=DIR \
+        --config.data.input='corpus/*.txt'
+"""
+
+import ml_collections
+
+from configs import base
+
+
+def get_config():
+    config = base.get_config()
+    config.objective = "electra"
+    config.electra = ml_collections.ConfigDict()
+    # 0: the paper's generator, a quarter of the discriminator's hidden size, its depth, one
+    # attention head per 64 dimensions and a feed-forward 4x its width.
+    config.electra.generator_hidden_size = 0
+    config.electra.generator_num_layers = 0
+    config.electra.generator_num_heads = 0
+    config.electra.generator_intermediate_size = 0
+    config.electra.generator_vocab_size = 0   # 0: the discriminator's (they share embeddings)
+    config.electra.discriminator_weight = 50.0  # lambda
+    # ELECTRA-base's recipe: 766k steps of 256 sequences of 512 tokens, Adam 2e-4, 10k warmup.
+    config.schedule.long_fraction = 1.0
+    config.train.steps = 766_000
+    config.optimizer.learning_rate = 2e-4
+    config.optimizer.bias_correction = True
+    return config
