@@ -31,6 +31,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.model.param_dtype = "float32"
     config.model.hidden_dropout = 0.1
     config.model.attention_dropout = 0.1
+    # "" lets the backend choose jax.nn.dot_product_attention's kernel (used whenever attention
+    # dropout is 0, and at inference); "cudnn": cuDNN flash attention on a GPU, with bf16.
+    config.model.attention_implementation = ""
     config.model.scan_layers = True
     config.model.remat = "none"             # none | full | save_dots
     config.model.max_position_embeddings = 512

@@ -11,6 +11,7 @@ from bertjax.errors import UserError, check_choice
 
 REMAT_POLICIES = ("none", "full", "save_dots")
 DTYPES = ("float32", "bfloat16", "float16")
+ATTENTION_IMPLEMENTATIONS = ("", "xla", "cudnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,11 @@ class EncoderConfig:
     # LayerNorm and the losses always run in fp32.
     dtype: str = "float32"
     param_dtype: str = "float32"
+    # jax.nn.dot_product_attention's implementation when attention dropout is 0 (or at
+    # inference): "" lets the backend choose (XLA on CPU and TPU); "cudnn" asks for cuDNN's fused
+    # flash attention on a GPU (bf16 or fp16, padding given as sequence lengths); "xla" never
+    # fuses. With attention dropout in training the probabilities are spelled out instead.
+    attention_implementation: str = ""
     # nn.scan over layers: one compiled layer body instead of L copies (faster compiles).
     scan_layers: bool = False
     remat: str = "none"
@@ -55,6 +61,8 @@ class EncoderConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         check_choice("model.remat", self.remat, REMAT_POLICIES)
+        check_choice("model.attention_implementation", self.attention_implementation,
+                     ATTENTION_IMPLEMENTATIONS)
         for name in ("dtype", "param_dtype"):
             check_choice(f"model.{name}", getattr(self, name), DTYPES)
         for name in ("adapter_size", "lora_rank"):

@@ -81,15 +81,24 @@ def gather_positions(sequence: Array, positions: Array) -> Array:
 
 
 def attention(query: Array, key: Array, value: Array, mask: Array, *, dropout_rate: float = 0.0,
-              dropout_rng: Array | None = None) -> Array:
+              dropout_rng: Array | None = None, implementation: str = "") -> Array:
     """Bidirectional attention over [B, T, N, D] inputs; `mask` is bool [B, 1, 1, S].
 
-    Without dropout this is `jax.nn.dot_product_attention`, which the backend may fuse. BERT's
-    dropout on the attention probabilities needs the probabilities themselves, so then the same
-    computation is spelled out (fp32 logits and softmax, as the fused path does).
+    Without dropout this is `jax.nn.dot_product_attention`, which the backend may fuse
+    (`implementation`: "" the backend's choice, "xla", "cudnn"). cuDNN's fused kernel takes
+    padding as key lengths rather than a mask: BERT's padding is a suffix, so the lengths are the
+    mask's counts. BERT's dropout on the attention probabilities needs the probabilities
+    themselves, so then the same computation is spelled out (fp32 logits and softmax, as the
+    fused path does).
     """
     if dropout_rate == 0.0 or dropout_rng is None:
-        return jax.nn.dot_product_attention(query, key, value, mask=mask)
+        if implementation == "cudnn":
+            lengths = jnp.sum(mask[:, 0, 0, :], axis=-1, dtype=jnp.int32)
+            return jax.nn.dot_product_attention(query, key, value,
+                                                key_value_seq_lengths=lengths,
+                                                implementation="cudnn")
+        return jax.nn.dot_product_attention(query, key, value, mask=mask,
+                                            implementation=implementation or None)
     return explicit_attention(query, key, value, mask, dropout_rate=dropout_rate,
                               dropout_rng=dropout_rng)
 
@@ -206,7 +215,8 @@ class SelfAttention(nn.Module):
         if not deterministic and cfg.attention_dropout > 0.0:
             dropout_rng = self.make_rng("dropout")
         context = attention(query, key, value, mask, dropout_rate=cfg.attention_dropout,
-                            dropout_rng=dropout_rng)
+                            dropout_rng=dropout_rng,
+                            implementation=cfg.attention_implementation)
         context = nn.with_logical_constraint(context, HEADS_AXES)
         return EinsumDense(cfg, "blnd,ndh->blh", (*heads, cfg.hidden_size),
                            ("heads", "kv", "embed"), name="output")(context)

@@ -33,6 +33,7 @@ class ModelSpec:
     remat: str
     max_position_embeddings: int
     type_vocab_size: int
+    attention_implementation: str = ""
 
     @property
     def from_checkpoint(self) -> bool:
@@ -41,7 +42,8 @@ class ModelSpec:
     def _numerics(self) -> dict:
         return dict(dtype=self.dtype, param_dtype=self.param_dtype,
                     hidden_dropout=self.hidden_dropout, attention_dropout=self.attention_dropout,
-                    scan_layers=self.scan_layers, remat=self.remat)
+                    scan_layers=self.scan_layers, remat=self.remat,
+                    attention_implementation=self.attention_implementation)
 
     def encoder(self, vocab_size: int, pad_token_id: int = 0,
                 recorded: EncoderConfig | None = None) -> EncoderConfig:
@@ -79,7 +81,9 @@ def model_spec(section: ml_collections.ConfigDict) -> ModelSpec:
     sizes = {key: int(section[key]) for key in SIZE_KEYS if key in section and section[key]}
     spec = ModelSpec(section.preset, sizes, section.dtype, section.param_dtype,
                      section.hidden_dropout, section.attention_dropout, section.scan_layers,
-                     section.remat, section.max_position_embeddings, section.type_vocab_size)
+                     section.remat, section.max_position_embeddings, section.type_vocab_size,
+                     str(section.get("attention_implementation", "")))
+    _check_attention(spec)
     if not spec.from_checkpoint:
         spec.encoder(vocab_size=1000)  # refuses an unknown preset or a bad shape now, by name
     return spec
@@ -108,3 +112,17 @@ def fields_of(cls, section: ml_collections.ConfigDict, prefix: str, skip=()) -> 
     if unknown:
         raise UserError(f"unknown setting(s) {', '.join(prefix + '.' + k for k in unknown)}")
     return {k: section[k] for k in section.keys()}
+
+
+def _check_attention(spec: ModelSpec) -> None:
+    """cuDNN's fused attention exists only on a GPU, and only for 16-bit inputs."""
+    if spec.attention_implementation != "cudnn":
+        return
+    import jax
+
+    if jax.default_backend() != "gpu":
+        raise UserError("model.attention_implementation=cudnn needs a GPU (this backend is "
+                        f"{jax.default_backend()}); leave it empty to let the backend choose")
+    if spec.dtype not in ("bfloat16", "float16"):
+        raise UserError("model.attention_implementation=cudnn runs in bfloat16 or float16; set "
+                        f"model.dtype=bfloat16 (it is {spec.dtype})")
