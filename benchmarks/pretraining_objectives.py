@@ -47,21 +47,22 @@ from bertjax.errors import UserError, exit_on_user_error  # noqa: E402
 @dataclasses.dataclass(frozen=True)
 class Objective:
     config: str
-    # (label, metrics.jsonl key) of the held-out figures: the MLM column first, then the
-    # objective's own (NSP, SBO, RTD).
-    mlm: tuple[str, str] | None
-    own: tuple[str, str] | None
+    # (label, metrics.jsonl key) of the held-out figures: the MLM column, then the objective's
+    # own (NSP, SBO, RTD) in the next one.
+    mlm: tuple[str, str]
+    own: tuple[tuple[str, str], ...] = ()
 
 
 OBJECTIVES = {
     "bert": Objective("configs/base.py", ("MLM", "eval_mlm_accuracy"),
-                      ("NSP", "eval_nsp_accuracy")),
-    "roberta": Objective("configs/roberta.py", ("MLM", "eval_mlm_accuracy"), None),
+                      (("NSP", "eval_nsp_accuracy"),)),
+    "roberta": Objective("configs/roberta.py", ("MLM", "eval_mlm_accuracy")),
     "spanbert": Objective("configs/spanbert.py", ("MLM (spans)", "eval_mlm_accuracy"),
-                          ("SBO", "eval_sbo_accuracy")),
-    # The discriminator is the encoder that is fine-tuned: model.preset sizes it.
+                          (("SBO", "eval_sbo_accuracy"),)),
+    # The discriminator is the encoder that is fine-tuned: model.preset sizes it. Guessing
+    # "original" for every token scores 1 - the replaced fraction, so that is shown too.
     "electra": Objective("configs/electra.py", ("generator MLM", "eval_mlm_accuracy"),
-                         ("RTD", "eval_rtd_accuracy")),
+                         (("RTD", "eval_rtd_accuracy"), ("replaced", "eval_replaced_fraction"))),
 }
 TASKS = {  # name: (config, metric shown, learning rate)
     "sentiment": ("configs/finetune_sentiment.py", "accuracy", 1e-4),
@@ -202,8 +203,7 @@ def pretrain(args, name: str, prepared: str) -> dict:
         return {**timing, "workdir": workdir, "eval": last_eval(workdir)}
 
     result = cached(workdir + ".json", compute)
-    missing = [k for _, k in filter(None, (objective.mlm, objective.own))
-               if k not in result["eval"]]
+    missing = [k for _, k in (objective.mlm, *objective.own) if k not in result["eval"]]
     if missing:
         print(f"warning: {name}: no {', '.join(missing)} in the held-out record; it has "
               f"{', '.join(sorted(result['eval']))}", file=sys.stderr)
@@ -234,11 +234,8 @@ def percent(value) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
 
 
-def held_out(entry: tuple[str, str] | None, record: dict) -> str:
-    if entry is None:
-        return "—"
-    label, metric = entry
-    return f"{label} {percent(record.get(metric))}"
+def held_out(entries, record: dict) -> str:
+    return ", ".join(f"{label} {percent(record.get(key))}" for label, key in entries) or "—"
 
 
 def table(rows: list[dict]) -> str:
@@ -253,7 +250,7 @@ def table(rows: list[dict]) -> str:
         else:
             objective = OBJECTIVES[row["start"]]
             cells = [f"{pre['wall_s']:.0f} s ({pre['cpu_s']:.0f} s)",
-                     held_out(objective.mlm, pre["eval"]), held_out(objective.own, pre["eval"])]
+                     held_out([objective.mlm], pre["eval"]), held_out(objective.own, pre["eval"])]
         scores = [percent(row[task]["best"]) if row.get(task) else "—" for task in TASKS]
         lines.append(f"| {row['start']} | " + " | ".join(cells + scores) + " |")
     return "\n".join(lines)
