@@ -76,14 +76,14 @@ def test_table_rows():
              "sentiment": {"best": 0.6}, "ner": None},
             {"start": "roberta", "pretrain": pretrained, "sentiment": None, "ner": None},
             {"start": "electra", "pretrain": {**pretrained, "eval": {
-                "eval_mlm_accuracy": 0.05, "eval_rtd_accuracy": 0.9, "eval_replaced_fraction": 0.1}},
-             "sentiment": None, "ner": None},
+                "eval_mlm_accuracy": 0.05, "eval_rtd_accuracy": 0.9,
+                "eval_replaced_fraction": 0.1}}, "sentiment": None, "ner": None},
             {"start": bench.RANDOM, "sentiment": {"best": 0.508}, "ner": {"best": 0.0}}]
     lines = bench.table(rows).splitlines()
     assert len(lines) == 7 and all(line.count("|") == 7 for line in lines)
     assert lines[2] == "| bert | 301 s (590 s) | MLM 11.3% | NSP 60.0% | 67.2% | 5.4% |"
     assert lines[3] == "| spanbert | 301 s (590 s) | MLM (spans) — | SBO — | 60.0% | — |"
     assert lines[4] == "| roberta | 301 s (590 s) | MLM 11.3% | — | — | — |"
-    assert lines[5] == ("| electra | 301 s (590 s) | generator MLM 5.0% | RTD 90.0%, replaced 10.0% "
-                        "| — | — |")
+    assert lines[5] == ("| electra | 301 s (590 s) | generator MLM 5.0% | "
+                        "RTD 90.0%, replaced 10.0% | — | — |")
     assert lines[6] == "| random init | — | — | — | 50.8% | 0.0% |"
