@@ -95,6 +95,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     for name in args.objectives:
         if name not in OBJECTIVES:
             raise UserError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
+        if not os.path.isfile(os.path.join(REPO, OBJECTIVES[name].config)):
+            raise UserError(f"objective {name} needs {OBJECTIVES[name].config}, which this "
+                            "checkout does not have")
     if min(args.steps, args.batch_size, args.seq_len, args.sentiment_epochs,
            args.ner_epochs) < 1 or args.sentiment_examples < 0 or args.eval_batches < 1:
         raise UserError("--steps, --batch-size, --seq-len, --eval-batches and the epochs must be "
