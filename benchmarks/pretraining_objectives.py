@@ -74,7 +74,8 @@ VOCAB_SIZE = 4096
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--objectives", default=",".join(OBJECTIVES))
+    p.add_argument("--objectives", default="",
+                   help="comma-separated; default: every one whose config this checkout has")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--size", default="tiny", help="model.preset: tiny | mini | small | ...")
     p.add_argument("--batch-size", type=int, default=32)
@@ -91,11 +92,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--workdir", default=os.path.join(packaged.cache_dir(), "benchmarks",
                                                      "pretraining_objectives"))
     args = p.parse_args(argv)
-    args.objectives = [o.strip() for o in args.objectives.split(",") if o.strip()]
+    args.objectives = ([o.strip() for o in args.objectives.split(",") if o.strip()]
+                       or [n for n, o in OBJECTIVES.items() if _has_config(o)])
     for name in args.objectives:
         if name not in OBJECTIVES:
             raise UserError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
-        if not os.path.isfile(os.path.join(REPO, OBJECTIVES[name].config)):
+        if not _has_config(OBJECTIVES[name]):
             raise UserError(f"objective {name} needs {OBJECTIVES[name].config}, which this "
                             "checkout does not have")
     if min(args.steps, args.batch_size, args.seq_len, args.sentiment_epochs,
@@ -103,6 +105,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         raise UserError("--steps, --batch-size, --seq-len, --eval-batches and the epochs must be "
                         "positive")
     return args
+
+
+def _has_config(objective: Objective) -> bool:
+    return os.path.isfile(os.path.join(REPO, objective.config))
 
 
 def pretrain_overrides(args, prepared: str) -> dict:
