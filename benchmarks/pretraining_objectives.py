@@ -6,7 +6,8 @@ same model fine-tuned from random initialisation: one markdown table.
 
     python benchmarks/pretraining_objectives.py [--objectives bert,roberta,spanbert,electra]
         [--steps 600] [--size tiny] [--batch-size 32] [--seq-len 128] [--learning-rate 2e-3]
-        [--sentiment-examples 3000] [--sentiment-epochs 2] [--ner-epochs 6] [--seed 0]
+        [--sentiment-examples 3000] [--sentiment-epochs 2] [--sentiment-lr 3e-4]
+        [--ner-epochs 6] [--ner-lr 1e-3] [--seed 0]
         [--no-random-init] [--workdir DIR]
 
 Every run is the real job, `python -m bertjax.main --config=configs/OBJECTIVE.py`, one process
@@ -64,9 +65,9 @@ OBJECTIVES = {
     "electra": Objective("configs/electra.py", ("generator MLM", "eval_mlm_accuracy"),
                          (("RTD", "eval_rtd_accuracy"), ("replaced", "eval_replaced_fraction"))),
 }
-TASKS = {  # name: (config, metric shown, learning rate)
-    "sentiment": ("configs/finetune_sentiment.py", "accuracy", 1e-4),
-    "ner": ("configs/finetune_ner.py", "entity_f1", 1e-3),
+TASKS = {  # name: (config, metric shown)
+    "sentiment": ("configs/finetune_sentiment.py", "accuracy"),
+    "ner": ("configs/finetune_ner.py", "entity_f1"),
 }
 RANDOM = "random init"
 VOCAB_SIZE = 4096
@@ -85,7 +86,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sentiment-examples", type=int, default=3000,
                    help="training sentences for sentiment (0: all 8,484)")
     p.add_argument("--sentiment-epochs", type=int, default=2)
+    # A tiny model fine-tuned for a few hundred steps wants a rate well above BERT's 3e-5: from
+    # the 600-step BERT, 2 epochs of 3,000 sentences reach 54.7% dev accuracy at 1e-4, 61.3% at
+    # 3e-4, 60.7% at 1e-3.
+    p.add_argument("--sentiment-lr", type=float, default=3e-4)
     p.add_argument("--ner-epochs", type=int, default=6)
+    p.add_argument("--ner-lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-random-init", action="store_true",
                    help="leave out the fine-tuning runs from random initialisation")
@@ -131,7 +137,7 @@ def pretrain_overrides(args, prepared: str) -> dict:
 
 
 def finetune_overrides(args, task: str, start: str, prepared: str) -> dict:
-    _, _, learning_rate = TASKS[task]
+    learning_rate = args.sentiment_lr if task == "sentiment" else args.ner_lr
     overrides = {"optimizer.learning_rate": learning_rate, "train.seed": args.seed}
     if task == "sentiment":
         overrides.update({"data.max_train_examples": args.sentiment_examples,
@@ -220,7 +226,7 @@ def pretrain(args, name: str, prepared: str) -> dict:
 
 
 def finetune(args, task: str, start: str, init: str, prepared: str) -> dict:
-    config, metric, _ = TASKS[task]
+    config, metric = TASKS[task]
     overrides = finetune_overrides(args, task, start, prepared)
     if init:
         overrides["init_checkpoint"] = init
@@ -284,7 +290,7 @@ def main(argv=None) -> None:
     print(f"\n{args.size}, {args.steps} steps of {args.batch_size} x {args.seq_len} tokens, lr "
           f"{args.learning_rate:g}, seed {args.seed}; sentiment: "
           f"{args.sentiment_examples or 'all'} sentences, {args.sentiment_epochs} epochs, lr "
-          f"{TASKS['sentiment'][2]:g}; NER: {args.ner_epochs} epochs, lr {TASKS['ner'][2]:g}\n")
+          f"{args.sentiment_lr:g}; NER: {args.ner_epochs} epochs, lr {args.ner_lr:g}\n")
     print(table(rows))
 
 
