@@ -1,13 +1,16 @@
-"""Running a jitted function over many texts of mixed length with few compilations.
+"""Length buckets: a few static lengths (multiples of `multiple`, capped at the longest allowed)
+that batches of mixed-length rows are padded to, so a jitted function compiles a handful of
+shapes, each once, and a short batch does not pay for the longest row. Fine-tuning's batches use
+them too (bertjax.finetune.length_bucketing).
 
-Rows are sorted by length and cut into batches; each batch is padded to a bucket: its longest row
-rounded up to a multiple of `multiple` (capped at `limit`), and its row count rounded up to a power
-of two (capped at `batch_size`). So a corpus compiles a handful of shapes, each once (jit caches
-them), and a short batch does not pay for the longest text. Outputs come back in input order.
+`run_bucketed` runs a function over many texts: rows sorted by length and cut into batches, each
+padded to its bucket and its row count rounded up to a power of two (capped at `batch_size`).
+Outputs come back in input order.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import sys
 from typing import Any, Callable, Sequence
@@ -18,8 +21,26 @@ import numpy as np
 Row = tuple[np.ndarray, np.ndarray]  # (token ids, segment ids), unpadded
 
 
+# Few compiled shapes (4 at 128 tokens), and a short text costs a quarter of a full row: what
+# fine-tuning (train.bucket_multiple), predict and `bertjax.load(...).embed` use by default.
+DEFAULT_MULTIPLE = 32
+
+
+def bucket_lengths(multiple: int, limit: int) -> tuple[int, ...]:
+    """The static lengths: multiples of `multiple` below `limit`, then `limit`; only `limit`
+    when bucketing is off (`multiple` 0)."""
+    if multiple <= 0:
+        return (limit,)
+    return tuple(range(multiple, limit, multiple)) + (limit,)
+
+
+def fitting(length: int, buckets: tuple[int, ...]) -> int:
+    """The smallest bucket that holds `length` tokens (the longest when none does)."""
+    return buckets[min(bisect.bisect_left(buckets, length), len(buckets) - 1)]
+
+
 def bucket_length(length: int, multiple: int, limit: int) -> int:
-    return min(limit, max(multiple, math.ceil(length / multiple) * multiple))
+    return fitting(length, bucket_lengths(multiple, limit))
 
 
 def bucket_rows(rows: int, batch_size: int) -> int:
@@ -27,7 +48,7 @@ def bucket_rows(rows: int, batch_size: int) -> int:
 
 
 def run_bucketed(fn: Callable[[dict], Any], rows: Sequence[Row], *, batch_size: int,
-                 limit: int, multiple: int = 8, pad_id: int = 0, min_rows: int = 1,
+                 limit: int, multiple: int = DEFAULT_MULTIPLE, pad_id: int = 0, min_rows: int = 1,
                  progress: bool | None = None) -> list[Any]:
     """`fn(batch)` on padded batches {input_ids, segment_ids, input_mask} [b, t] -> a pytree of
     arrays with b leading rows (b a multiple of `min_rows`: the mesh's batch shards); returns, per input row, that pytree's row (numpy, still padded

@@ -10,7 +10,7 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax import loading, main
+from bertjax import length_buckets, loading, main
 from bertjax.finetune import evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches
 from bertjax.finetune.tasks import TaskSettings, make_task
@@ -24,12 +24,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_bucket_lengths_and_fitting():
-    assert length_bucketing.bucket_lengths(32, 128) == (32, 64, 96, 128)
-    assert length_bucketing.bucket_lengths(32, 100) == (32, 64, 96, 100)
-    assert length_bucketing.bucket_lengths(0, 128) == (128,)
-    assert length_bucketing.bucket_lengths(256, 128) == (128,)
+    assert length_buckets.bucket_lengths(32, 128) == (32, 64, 96, 128)
+    assert length_buckets.bucket_lengths(32, 100) == (32, 64, 96, 100)
+    assert length_buckets.bucket_lengths(0, 128) == (128,)
+    assert length_buckets.bucket_lengths(256, 128) == (128,)
     buckets = (32, 64, 96, 100)
-    assert [length_bucketing.fitting(n, buckets) for n in (1, 32, 33, 96, 97, 100)] == \
+    assert [length_buckets.fitting(n, buckets) for n in (1, 32, 33, 96, 97, 100)] == \
         [32, 32, 64, 96, 100, 100]
 
 
@@ -51,7 +51,7 @@ def synthetic(rows: int, max_len: int, seed: int) -> dict:
 
 def test_training_batches_use_every_row_once_an_epoch_in_few_shapes():
     arrays = synthetic(1000, 128, 0)
-    buckets = length_bucketing.bucket_lengths(32, 128)
+    buckets = length_buckets.bucket_lengths(32, 128)
     batches = EpochBatches(arrays, 32, seed=3, buckets=buckets)
     lengths = length_bucketing.row_lengths(arrays)
     for epoch in (0, 1):
@@ -74,7 +74,7 @@ def test_training_batches_use_every_row_once_an_epoch_in_few_shapes():
 
 def test_training_batches_are_a_pure_function_of_seed_and_step():
     arrays = synthetic(500, 64, 1)
-    buckets = length_bucketing.bucket_lengths(16, 64)
+    buckets = length_buckets.bucket_lengths(16, 64)
     a, b = EpochBatches(arrays, 16, seed=5, buckets=buckets), EpochBatches(arrays, 16, seed=5,
                                                                            buckets=buckets)
     steps = list(range(3 * a.steps_per_epoch))
@@ -90,7 +90,7 @@ def test_training_batches_are_a_pure_function_of_seed_and_step():
 
 def test_each_process_feeds_its_block_of_the_same_bucket():
     arrays = synthetic(300, 64, 2)
-    buckets = length_bucketing.bucket_lengths(16, 64)
+    buckets = length_buckets.bucket_lengths(16, 64)
     whole = EpochBatches(arrays, 8, seed=0, buckets=buckets)
     halves = [EpochBatches(arrays, 8, seed=0, buckets=buckets, process_index=i,
                            process_count=2) for i in range(2)]

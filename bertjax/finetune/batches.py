@@ -19,6 +19,7 @@ from typing import Iterator
 import numpy as np
 
 from bertjax.errors import UserError
+from bertjax import length_buckets
 from bertjax.finetune import length_bucketing
 from bertjax.finetune.features import Arrays, take
 from bertjax.parallel import partitioning
@@ -79,11 +80,11 @@ class EpochBatches:
         if not self.buckets:
             return None
         rows, valid = self.global_rows(step)
-        return length_bucketing.fitting(int(self.lengths[rows[valid]].max()), self.buckets)
+        return length_buckets.fitting(int(self.lengths[rows[valid]].max()), self.buckets)
 
     def length_bound(self) -> int | None:
         """The longest batch any epoch can draw: the bucket of the longest row."""
-        return length_bucketing.fitting(int(self.lengths.max()), self.buckets) \
+        return length_buckets.fitting(int(self.lengths.max()), self.buckets) \
             if self.buckets else None
 
     def lengths_used(self) -> list[int]:

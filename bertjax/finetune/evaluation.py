@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bertjax.finetune import features as feats
+from bertjax import length_buckets
 from bertjax.finetune import length_bucketing
 from bertjax.finetune.tasks import Task
 from bertjax.parallel import partitioning
@@ -53,7 +54,7 @@ class Evaluator:
                 rows = self._order[np.minimum(positions, n - 1)]
                 batch = feats.take(self.features.arrays, rows, valid)
                 if self._lengths is not None:
-                    length = length_bucketing.fitting(int(self._lengths[rows].max()),
+                    length = length_buckets.fitting(int(self._lengths[rows].max()),
                                                       self._buckets)
                     batch = length_bucketing.cut(batch, length)
                 self._placed.append(partitioning.global_batch(

@@ -1,4 +1,5 @@
-"""Fine-tuning batches cut to a few static lengths instead of max_seq_len.
+"""Fine-tuning batches cut to a few static lengths (bertjax.length_buckets) instead of
+max_seq_len.
 
 Features are built padded to max_seq_len; a batch whose longest row is shorter is sliced along the
 token axis to the smallest bucket (a multiple of `train.bucket_multiple`, at most max_seq_len)
@@ -13,21 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from bertjax.finetune.features import Arrays
-
-# What configs/finetune_base.py sets as train.bucket_multiple, and what `bertjax.load(...).predict`
-# uses: few compiled shapes (4 at 128 tokens), and short texts cost a quarter of a full row.
-DEFAULT_MULTIPLE = 32
+from bertjax import length_buckets
 
 # Arrays whose second axis is the token axis (the others are per row).
 TOKEN_KEYS = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_mask", "context_mask")
-
-
-def bucket_lengths(multiple: int, max_seq_len: int) -> tuple[int, ...]:
-    """The static lengths: multiples of `multiple` below max_seq_len, then max_seq_len; only
-    max_seq_len when bucketing is off (`multiple` 0) or pointless."""
-    if multiple <= 0:
-        return (max_seq_len,)
-    return tuple(range(multiple, max_seq_len, multiple)) + (max_seq_len,)
 
 
 def row_lengths(arrays: Arrays) -> np.ndarray | None:
@@ -40,11 +30,6 @@ def row_lengths(arrays: Arrays) -> np.ndarray | None:
     real = mask.astype(bool)
     last = mask.shape[1] - np.argmax(real[:, ::-1], axis=1)
     return np.where(real.any(axis=1), last, 1).astype(np.int64)
-
-
-def fitting(length: int, buckets: tuple[int, ...]) -> int:
-    """The smallest bucket that holds `length` tokens."""
-    return buckets[min(int(np.searchsorted(buckets, length)), len(buckets) - 1)]
 
 
 def cut(arrays: Arrays, length: int) -> Arrays:
@@ -61,7 +46,7 @@ def padding_ratio(lengths: np.ndarray, batches: list[tuple[np.ndarray, np.ndarra
     for rows, valid in batches:
         longest = int(lengths[rows[valid]].max()) if valid.any() else 1
         real += int(lengths[rows[valid]].sum())
-        padded += len(rows) * fitting(longest, buckets)
+        padded += len(rows) * length_buckets.fitting(longest, buckets)
     full = sum(len(rows) for rows, _ in batches) * buckets[-1]
     return (padded - real) / max(real, 1), (full - real) / max(real, 1)
 

@@ -22,10 +22,10 @@ import sys
 import jax
 import optax
 
-from bertjax import loading
+from bertjax import length_buckets, loading
 from bertjax.atomic_files import write_text
 from bertjax.errors import UserError
-from bertjax.finetune import evaluation, length_bucketing, readers
+from bertjax.finetune import evaluation, readers
 from bertjax.finetune.batches import process_share
 from bertjax.finetune.tasks import TaskSettings, make_task, task_class
 from bertjax.finetune.tasks.base import RECORDED_SETTINGS
@@ -107,9 +107,9 @@ def predict_examples(loaded: loading.Loaded, task_settings: TaskSettings, exampl
     """A fine-tuned model's predictions for `examples` (the task's own format: a list, or for QA
     a dict of answers), with the task settings it was trained with. Shared by predict mode and
     `bertjax.load(...).predict`. `buckets`: the lengths batches are cut to (default: multiples
-    of length_bucketing.DEFAULT_MULTIPLE)."""
+    of length_buckets.DEFAULT_MULTIPLE)."""
     if buckets is None:
-        buckets = length_bucketing.bucket_lengths(length_bucketing.DEFAULT_MULTIPLE,
+        buckets = length_buckets.bucket_lengths(length_buckets.DEFAULT_MULTIPLE,
                                                   task_settings.max_seq_len)
     tokenizer = loaded.tokenizer()
     task = make_task(loaded.record["task"], task_settings, list(task_settings.labels), tokenizer)

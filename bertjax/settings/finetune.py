@@ -8,8 +8,9 @@ import math
 
 import ml_collections
 
+from bertjax import length_buckets
 from bertjax.errors import UserError
-from bertjax.finetune import cloze, distillation, length_bucketing, methods
+from bertjax.finetune import cloze, distillation, methods
 from bertjax.finetune.distillation import DistillSettings
 from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
@@ -52,7 +53,7 @@ class TrainSettings:
     bucket_multiple: int = 0  # batches cut to multiples of this many tokens; 0: max_seq_len
 
     def buckets(self, max_seq_len: int) -> tuple[int, ...]:
-        return length_bucketing.bucket_lengths(self.bucket_multiple, max_seq_len)
+        return length_buckets.bucket_lengths(self.bucket_multiple, max_seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
