@@ -21,9 +21,13 @@ import numpy as np
 Row = tuple[np.ndarray, np.ndarray]  # (token ids, segment ids), unpadded
 
 
-# Few compiled shapes (4 at 128 tokens), and a short text costs a quarter of a full row: what
-# fine-tuning (train.bucket_multiple), predict and `bertjax.load(...).embed` use by default.
+# Fine-tuning and predict mode (train.bucket_multiple): few compiled shapes (4 at 128 tokens),
+# since a run compiles a train step per shape and most runs are short.
 DEFAULT_MULTIPLE = 32
+# `bertjax.load(...).embed/encode`: a forward pass compiles fast and a corpus is embedded many
+# times over, so finer buckets pay (16 lengths at 128 tokens; with 32, 2,000 sentences of ~30
+# tokens took 12.1 s to embed once compiled, with 8 9.3 s: benchmarks/embedding_throughput.py).
+INFERENCE_MULTIPLE = 8
 
 
 def bucket_lengths(multiple: int, limit: int) -> tuple[int, ...]:
@@ -48,7 +52,7 @@ def bucket_rows(rows: int, batch_size: int) -> int:
 
 
 def run_bucketed(fn: Callable[[dict], Any], rows: Sequence[Row], *, batch_size: int,
-                 limit: int, multiple: int = DEFAULT_MULTIPLE, pad_id: int = 0, min_rows: int = 1,
+                 limit: int, multiple: int = INFERENCE_MULTIPLE, pad_id: int = 0, min_rows: int = 1,
                  progress: bool | None = None) -> list[Any]:
     """`fn(batch)` on padded batches {input_ids, segment_ids, input_mask} [b, t] -> a pytree of
     arrays with b leading rows (b a multiple of `min_rows`: the mesh's batch shards); returns, per input row, that pytree's row (numpy, still padded

@@ -3,8 +3,10 @@ training data, ours against transformers' PyTorch model, in the same run.
 
 Ours is the job's own pieces: the task's features and model, the recipe's optimizer, the
 generic donated train step, and the job's batch order (EpochBatches, with the config's length
-buckets), one step compiled per bucket as the job does; timed twice, with buckets and with every
-batch padded to max_seq_len, so the table shows what bucketing buys. The peer is what a
+buckets), one step compiled per bucket as the job does (all compiled before timing, the compile time
+shown apart); timed twice, with buckets and with every batch padded to max_seq_len, so the table
+shows what bucketing buys. The runs' steps are interleaved (one of each in turn, each run to
+completion), so a change in the machine's load falls on all alike. The peer is what a
 transformers user runs: the matching `*ForSequenceClassification` / `*ForTokenClassification`,
 AdamW with the same settings, the same rows in a seeded random order, each batch padded to its
 own longest row (DataCollatorWithPadding), gradient clipping. Both start from the same random
@@ -104,24 +106,33 @@ class OurEpoch:
             self.compiled[length] = compiled
         return self.compiled[length]
 
-    def run(self, label: str) -> EpochTiming:
-        """Compiles every shape the epoch needs, then times the epoch's steps."""
+    def prepare(self):
+        """Compiles every shape the epoch needs and places its batches; returns (one thunk per
+        step, running it to completion, and a function giving the EpochTiming from the seconds
+        the thunks took)."""
         steps = self.batches.steps_per_epoch
         host = [self.batches.batch(i) for i in range(steps)]
-        lengths = [b["input_mask"].shape[1] for b in host]
-        for length in sorted(set(lengths)):
+        for length in sorted({b["input_mask"].shape[1] for b in host}):
             self._compiled(length)
         placed = [partitioning.global_batch(b, self.mesh) for b in host]
-        started = time.perf_counter()
-        metrics = None
-        for batch, length in zip(placed, lengths):
-            self.state, metrics = self.compiled[length](self.state, batch)
-        loss = float(jax.device_get(metrics["loss"])) if metrics is not None else float("nan")
-        seconds = time.perf_counter() - started
+        last = {}
+
+        def thunk(batch, length):
+            def step():
+                self.state, last["metrics"] = self.compiled[length](self.state, batch)
+                jax.block_until_ready(last["metrics"]["loss"])
+            return step
+
+        thunks = [thunk(b, h["input_mask"].shape[1]) for b, h in zip(placed, host)]
         real = sum(int(b["input_mask"][b["weight"] > 0].sum()) for b in host)
         tokens = sum(b["input_mask"].size for b in host)
-        return EpochTiming(label, seconds, self.compile_seconds, len(self.compiled), tokens,
-                           real, steps, loss)
+
+        def timing(label: str, seconds: float) -> EpochTiming:
+            loss = float(jax.device_get(last["metrics"]["loss"]))
+            return EpochTiming(label, seconds, self.compile_seconds, len(self.compiled), tokens,
+                               real, steps, loss)
+
+        return thunks, timing
 
 
 class TorchEpoch:
@@ -177,24 +188,43 @@ class TorchEpoch:
             out.append({k: torch.from_numpy(np.asarray(v, np.int64)) for k, v in batch.items()})
         return out
 
-    def run(self, label: str) -> EpochTiming:
+    def prepare(self):
         torch = self.torch
         batches = self._batches()
-        started = time.perf_counter()
-        loss = None
-        for batch in batches:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-                loss = self.model(**batch).loss
-            loss.backward()
-            if self.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-        seconds = time.perf_counter() - started
+        last = {}
+
+        def thunk(batch):
+            def step():
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+                    loss = self.model(**batch).loss
+                loss.backward()
+                if self.clip_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                last["loss"] = float(loss.detach().float())
+            return step
+
         tokens = sum(b["input_ids"].numel() for b in batches)
         real = sum(int(b["attention_mask"].sum()) for b in batches)
-        return EpochTiming(label, seconds, 0.0, 0, tokens, real, len(batches),
-                           float(loss.detach().float()) if loss is not None else float("nan"))
+
+        def timing(label: str, seconds: float) -> EpochTiming:
+            return EpochTiming(label, seconds, 0.0, 0, tokens, real, len(batches), last["loss"])
+
+        return [thunk(b) for b in batches], timing
+
+
+def interleaved(runs: list[tuple[list, object]], labels: list[str]) -> list[EpochTiming]:
+    """Each run's epoch timed step by step, the runs' steps interleaved (one of each in turn),
+    so a change in the machine's load falls on all of them alike."""
+    spent = [0.0] * len(runs)
+    for index in range(max(len(thunks) for thunks, _ in runs)):
+        for r, (thunks, _) in enumerate(runs):
+            if index < len(thunks):
+                started = time.perf_counter()
+                thunks[index]()
+                spent[r] += time.perf_counter() - started
+    return [timing(label, seconds) for (_, timing), label, seconds in zip(runs, labels, spent)]
 
 
 def run(options, config) -> dict:
@@ -202,18 +232,19 @@ def run(options, config) -> dict:
     max_len = s.task_settings.max_seq_len
     buckets = s.train.buckets(max_len)
     rows = len(data.train_features)
-    timings = []
     ours = OurEpoch(s, start, data, buckets)
-    timings.append(ours.run(f"bertjax, buckets {'/'.join(map(str, buckets))}"))
+    runs, labels = [ours.prepare()], [f"bertjax, buckets {'/'.join(map(str, buckets))}"]
     if len(buckets) > 1:
-        padded = OurEpoch(s, start, data, (max_len,))
-        timings.append(padded.run(f"bertjax, padded to {max_len}"))
+        runs.append(OurEpoch(s, start, data, (max_len,)).prepare())
+        labels.append(f"bertjax, padded to {max_len}")
     peer = None
     if options.compare_torch:
         peer = TorchEpoch(s, start, data, bf16=options.torch_bf16)
         precision = "bf16 autocast" if options.torch_bf16 else "fp32"
-        timings.append(peer.run(f"transformers {peer.versions['transformers']}, dynamic "
-                                f"padding, {precision}"))
+        runs.append(peer.prepare())
+        labels.append(f"transformers {peer.versions['transformers']}, dynamic padding, "
+                      f"{precision}")
+    timings = interleaved(runs, labels)
     result = {"task": s.task, "rows": rows, "batch": s.train.batch_size, "max_seq_len": max_len,
               "dtype": start.encoder.dtype, "params": ours.params,
               "devices": jax.device_count(), "platform": jax.devices()[0].platform,
