@@ -25,9 +25,10 @@ import numpy as np
 from bertjax.errors import UserError
 from bertjax.finetune.batches import EpochBatches
 from bertjax.finetune.distillation import task_objective
-from bertjax.finetune.length_bucketing import TOKEN_KEYS
+from bertjax.finetune import length_bucketing
 from bertjax.finetune.task_data import read_task_data
 from bertjax.jobs.finetune import starting_point
+from bertjax.jobs.finetune_run import batch_shapes
 from bertjax.parallel import partitioning
 from bertjax.settings import finetune as finetune_settings
 from bertjax.train.compilation import compile_step
@@ -51,7 +52,7 @@ class EpochTiming:
 
     def as_dict(self) -> dict:
         return {**dataclasses.asdict(self), "padded_tokens_per_real": self.tokens /
-                max(self.real_tokens, 1) - 1, "examples_per_s": None}
+                max(self.real_tokens, 1) - 1}
 
 
 def read(config, examples: int):
@@ -78,12 +79,12 @@ class OurEpoch:
         self.batches = EpochBatches(arrays, s.train.batch_size, s.train.seed, buckets=buckets)
         self.model = data.task.model(start.encoder, False)
         self.optimizer = make_optimizer(s.optimizer_config(self.batches.steps_per_epoch))
-        shapes = {k: jax.ShapeDtypeStruct((s.train.batch_size, *v.shape[1:]), v.dtype,
-                                          sharding=partitioning.batch_sharding(self.mesh))
-                  for k, v in arrays.items()}
-        self.shapes = shapes
-        self.state, self.shardings = create_train_state(self.model, self.optimizer, shapes,
+        self.shapes = batch_shapes(arrays, s.train.batch_size,
+                                   partitioning.batch_sharding(self.mesh))
+        self.state, self.shardings = create_train_state(self.model, self.optimizer, self.shapes,
                                                         self.mesh, s.train.seed)
+        self.abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), self.state)
         self.params = param_count(self.state.params)
         self.step = make_train_step(self.model, self.optimizer, self.mesh, self.shardings,
                                     accumulation_steps=s.train.accumulation_steps,
@@ -93,15 +94,9 @@ class OurEpoch:
 
     def _compiled(self, length: int):
         if length not in self.compiled:
-            shapes = {k: jax.ShapeDtypeStruct((v.shape[0], length, *v.shape[2:]), v.dtype,
-                                              sharding=v.sharding)
-                      if k in TOKEN_KEYS else v
-                      for k, v in self.shapes.items()}
-            abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                                   sharding=x.sharding),
-                                    self.state)
-            compiled = compile_step(self.step, abstract, shapes, name="bench step",
-                                    verbose=False)
+            compiled = compile_step(self.step, self.abstract,
+                                    length_bucketing.cut_shapes(self.shapes, length),
+                                    name="bench step", verbose=False)
             self.compile_seconds += compiled.compile_seconds
             self.compiled[length] = compiled
         return self.compiled[length]

@@ -46,17 +46,13 @@ class Evaluator:
 
     def _batches(self) -> list[dict]:
         if self._placed is None:
+            ordered = {k: v[self._order] for k, v in self.features.arrays.items()}
             self._placed = []
-            n, size = len(self.features), self._batch_size
-            for start in range(0, n, size):
-                positions = np.arange(start, start + size)
-                valid = positions < n
-                rows = self._order[np.minimum(positions, n - 1)]
-                batch = feats.take(self.features.arrays, rows, valid)
+            for batch in feats.batches(ordered, self._batch_size):
                 if self._lengths is not None:
-                    length = length_buckets.fitting(int(self._lengths[rows].max()),
-                                                      self._buckets)
-                    batch = length_bucketing.cut(batch, length)
+                    real = length_bucketing.row_lengths(batch)[batch["weight"] > 0]
+                    batch = length_bucketing.cut(
+                        batch, length_buckets.fitting(int(real.max()), self._buckets))
                 self._placed.append(partitioning.global_batch(
                     {k: v[self._local_rows] for k, v in batch.items()}, self._mesh))
         return self._placed

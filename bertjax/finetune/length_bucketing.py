@@ -11,6 +11,7 @@ how much of it is cut (within fp32 rounding).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from bertjax.finetune.features import Arrays
@@ -36,6 +37,13 @@ def cut(arrays: Arrays, length: int) -> Arrays:
     """The batch with its token axis cut to `length`."""
     return {key: value[:, :length] if key in TOKEN_KEYS else value
             for key, value in arrays.items()}
+
+
+def cut_shapes(shapes: dict, length: int) -> dict:
+    """Batch ShapeDtypeStructs with their token axis cut to `length` (shardings kept)."""
+    return {key: jax.ShapeDtypeStruct((v.shape[0], length, *v.shape[2:]), v.dtype,
+                                      sharding=v.sharding) if key in TOKEN_KEYS else v
+            for key, v in shapes.items()}
 
 
 def padding_ratio(lengths: np.ndarray, batches: list[tuple[np.ndarray, np.ndarray]],

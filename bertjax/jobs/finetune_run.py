@@ -154,10 +154,8 @@ class FinetuneRun:
         """The train step compiled for batches cut to `length` tokens (None: uncut), once per
         bucket."""
         if length not in self.compiled:
-            shapes = self._shapes if length is None else {
-                key: jax.ShapeDtypeStruct((v.shape[0], length, *v.shape[2:]), v.dtype,
-                                          sharding=v.sharding)
-                if key in length_bucketing.TOKEN_KEYS else v for key, v in self._shapes.items()}
+            shapes = (self._shapes if length is None
+                      else length_bucketing.cut_shapes(self._shapes, length))
             name = "fine-tuning train step"
             if self.batches.buckets:
                 name += f" for {length} tokens ({len(self.compiled) + 1} of at most " \
