@@ -38,7 +38,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERBALIZER = "negative:bad,positive:good"
 TEMPLATE = "{text} It was [MASK]."
 FAST = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "data.max_seq_len": 40,
-        "data.max_eval_examples": 400, "train.batch_size": 16, "train.log_every": 1}
+        "data.max_eval_examples": 400, "train.batch_size": 16, "train.log_every": 1,
+        "train.bucket_multiple": 0}
 
 
 def finetune(workdir, **settings) -> int:

@@ -23,7 +23,7 @@ from bertjax.train.step import make_train_step
 from test_finetune import compilation_cache, finetune, results, vocab_dir  # noqa: F401
 
 TEACHER = {"data.max_train_examples": 2000, "data.max_eval_examples": 400,
-           "data.max_seq_len": 40, "train.epochs": 2}
+           "data.max_seq_len": 40, "train.epochs": 2, "train.bucket_multiple": 0}
 
 
 def _log_softmax(x):

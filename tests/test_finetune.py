@@ -30,7 +30,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
 # Fast-learning settings for a from-scratch tiny model (not the fine-tuning defaults).
 TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
-        "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 10}
+        "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 10,
+        "train.bucket_multiple": 0}
 
 
 def finetune(config: str, workdir: str, **settings) -> int:

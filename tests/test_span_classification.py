@@ -137,7 +137,8 @@ def test_the_classifier_reads_start_end_and_the_attention_pooled_span():
 
 # --- end to end --------------------------------------------------------------------------------
 
-SPANS = {"data.max_seq_len": 48, "train.epochs": 5, "train.batch_size": 32}
+SPANS = {"data.max_seq_len": 48, "train.epochs": 5, "train.batch_size": 32,
+         "train.bucket_multiple": 0}
 
 
 @pytest.mark.parametrize("pooling", ["attention"])
