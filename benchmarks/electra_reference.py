@@ -36,8 +36,9 @@ from transformers import (ElectraConfig, ElectraForMaskedLM, ElectraForPreTraini
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from pretraining_objectives import pretrain_overrides  # noqa: E402  (benchmarks/, the job's budget)
+from pretraining_objectives import pretrain_overrides, prepare_corpus  # noqa: E402  (benchmarks/)
 
+from bertjax.data import packaged  # noqa: E402
 from bertjax.data.schema import abstract_batch  # noqa: E402
 from bertjax.errors import UserError, exit_on_user_error  # noqa: E402
 from bertjax.interop import hf_electra  # noqa: E402
@@ -51,7 +52,6 @@ from bertjax.train.step import make_eval_step, make_train_step  # noqa: E402
 from bertjax.train.warm_start import UNTRAINED_POOLER  # noqa: E402
 from configs import electra as electra_config  # noqa: E402
 
-CORPUS = "/work/wt-objectives/.po_runs/corpus"
 SHOWN = (("gen MLM acc", "mlm_accuracy"), ("RTD loss", "rtd_loss"), ("RTD acc", "rtd_accuracy"),
          ("precision", "rtd_precision"), ("recall", "rtd_recall"),
          ("replaced", "replaced_fraction"))
@@ -70,7 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--every", type=int, default=50)
     p.add_argument("--eval-batches", type=int, default=8)
-    p.add_argument("--corpus", default=CORPUS, help="a prepared corpus (bertjax.data.prepare)")
+    p.add_argument("--corpus", default="",
+                   help="a prepared corpus (bertjax.data.prepare); default: the demo Wikipedia "
+                        "corpus of benchmarks/pretraining_objectives.py, prepared on first use")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     if min(args.steps, args.batch_size, args.seq_len, args.every, args.eval_batches) < 1:
@@ -78,6 +80,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "positive")
     if not args.learning_rate > 0 or args.seed < 0:
         raise UserError("--learning-rate must be positive and --seed not negative")
+    if not args.corpus:
+        args.corpus = prepare_corpus(os.path.join(packaged.cache_dir(), "benchmarks",
+                                                  "pretraining_objectives"))
     if not os.path.isfile(os.path.join(args.corpus, "manifest.json")):
         raise UserError(f"{args.corpus} is not a prepared corpus (no manifest.json)")
     args.size = "tiny"
@@ -185,31 +190,37 @@ def torch_forward(disc, gen, b, lam: float, generator=None, samples=None):
     return mlm + lam * rtd.loss, {k: float(v) for k, v in sums.items()}
 
 
-def one_step_check(model, objective, params, disc, gen, named, b, lam, encoder, heads) -> None:
-    """Same parameters, batch and replacement samples: loss and gradients, ours vs torch."""
+def one_step_difference(model, objective, params, disc, gen, b, lam, encoder, heads):
+    """Same parameters, batch and replacement samples: (our loss, transformers' loss,
+    {transformers name: (max |our gradient|, max |gradient difference|)})."""
     def loss(p):
         out = model.apply({"params": p}, b, deterministic=False,
                           rngs={"dropout": jax.random.PRNGKey(1)})
         return objective.loss_from_sums(objective.metric_sums(out, b)), out["sampled_ids"]
 
     (ours, samples), grads = jax.value_and_grad(loss, has_aux=True)(params)
-    theirs, _ = torch_forward(disc, gen, b, lam, samples=np.asarray(samples))
+    named = torch_named(disc, gen)
     for p in named.values():
         p.grad = None
+    theirs, _ = torch_forward(disc, gen, b, lam, samples=np.asarray(samples))
     theirs.backward()
     grads = hf_names(grads, encoder, heads)
-    print(f"one-step check: loss ours {float(ours):.6f}, transformers {theirs.item():.6f} "
-          f"(|diff| {abs(float(ours) - theirs.item()):.2e})")
-    print("| parameter | max |grad| | max |diff| |\n|---|---|---|")
-    worst = 0.0
-    for k, p in named.items():
-        diff = float(np.abs(grads[k] - p.grad.numpy()).max())
-        worst = max(worst, diff)
-        if k in CHECKED:
-            print(f"| {k} | {float(np.abs(grads[k]).max()):.3e} | {diff:.2e} |")
-    print(f"max |gradient diff| over all {len(named)} torch parameters: {worst:.2e}\n")
+    differences = {k: (float(np.abs(grads[k]).max()),
+                       float(np.abs(grads[k] - p.grad.numpy()).max()))
+                   for k, p in named.items()}
     for p in named.values():
         p.grad = None
+    return float(ours), theirs.item(), differences
+
+
+def print_one_step_check(ours: float, theirs: float, differences: dict) -> None:
+    print(f"one-step check: loss ours {ours:.6f}, transformers {theirs:.6f} "
+          f"(|diff| {abs(ours - theirs):.2e})")
+    print("| parameter | max |grad| | max |diff| |\n|---|---|---|")
+    for k in CHECKED:
+        print(f"| {k} | {differences[k][0]:.3e} | {differences[k][1]:.2e} |")
+    worst = max(diff for _, diff in differences.values())
+    print(f"max |gradient diff| over all {len(differences)} torch parameters: {worst:.2e}\n")
 
 
 def row(step, label, figures) -> str:
@@ -248,7 +259,8 @@ def main(argv=None) -> None:
     data = pretraining_data.batches(s, prepared)
     batches = data.train_iterator(0)
     first = next(batches)
-    one_step_check(model, objective, state.params, disc, gen, named, first, lam, encoder, heads)
+    print_one_step_check(*one_step_difference(model, objective, state.params, disc, gen, first,
+                                              lam, encoder, heads))
 
     sampler = torch.Generator().manual_seed(args.seed)
     wall = {"ours": 0.0, "transformers": 0.0}
