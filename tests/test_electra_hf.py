@@ -1,6 +1,9 @@
 """The outside oracle for ELECTRA: our generator and discriminator, with random values in every
 parameter, exported to Hugging Face's layout, loaded by transformers' ElectraForMaskedLM and
-ElectraForPreTraining with nothing missing or unexpected, and equal to ours within 1e-5 (fp32)."""
+ElectraForPreTraining with nothing missing or unexpected, and equal to ours within 1e-5 (fp32);
+and one training step's loss and gradients equal to transformers'."""
+
+import os
 
 import flax.linen as nn
 import jax
@@ -13,6 +16,9 @@ from bertjax.interop import hf_electra, hf_files
 from bertjax.model.config import preset
 from bertjax.model.electra import DiscriminatorHead, ElectraForPretraining
 from bertjax.model.encoder import Encoder
+from bertjax.train.electra_objective import electra_objective
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 V = 97
@@ -96,3 +102,28 @@ def test_exported_electra_matches_transformers(tmp_path, hidden, heads, layers, 
     rtd = jax.jit(discriminate)(params, b)
     np.testing.assert_allclose(np.asarray(rtd)[real], rtd_hf[real], **TOL)
     assert np.abs(rtd_hf[real]).max() > 0.1  # not a degenerate comparison
+
+
+def test_the_training_loss_and_its_gradients_are_transformers(monkeypatch):
+    """One training step's loss (MLM + 50 * RTD, the generator's samples in place) and the
+    gradient of every parameter, ours against transformers' ELECTRA holding the same values with
+    its embeddings shared (benchmarks/electra_reference.py's oracle; it trains both after this)."""
+    monkeypatch.syspath_prepend(os.path.join(REPO, "benchmarks"))
+    import electra_reference
+
+    disc = preset("tiny", vocab_size=V, hidden_size=48, num_heads=4, num_layers=2,
+                  intermediate_size=98, max_position_embeddings=24, hidden_dropout=0.0,
+                  attention_dropout=0.0)
+    gen = disc.replace(hidden_size=16, num_heads=2, intermediate_size=40)
+    model = ElectraForPretraining(disc, gen)
+    b = batch(7)
+    params = random_params(model, b, seed=7)
+    heads = {"nsp": False, "electra": {"generator": gen.__dict__}}
+    hf_disc, hf_gen = electra_reference.torch_models(params, disc, heads)
+    ours, theirs, differences = electra_reference.one_step_difference(
+        model, electra_objective(50.0), params, hf_disc, hf_gen, b, 50.0, disc, heads)
+    assert abs(ours - theirs) <= 1e-5 * abs(ours)
+    assert len(differences) > 30  # every parameter of both parts, shared ones once
+    for name, (largest, difference) in differences.items():
+        assert difference <= 1e-5 * max(largest, 1.0), name
+    assert max(largest for largest, _ in differences.values()) > 1e-2

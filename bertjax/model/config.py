@@ -32,6 +32,12 @@ class EncoderConfig:
     # LayerNorm and the losses always run in fp32.
     dtype: str = "float32"
     param_dtype: str = "float32"
+    # The operands of the dense layers' and the tied output layer's matmuls, when not the compute
+    # dtype ("" = dtype): "bfloat16" with dtype "float32" multiplies bf16 operands into fp32
+    # results and keeps every activation, GELU, softmax and LayerNorm in fp32. On a CPU with
+    # AVX512-BF16 that is faster than both fp32 and an all-bf16 forward, whose element-wise work
+    # XLA's CPU backend widens and narrows again around every op (README "Speed").
+    matmul_dtype: str = ""
     # jax.nn.dot_product_attention's implementation when attention dropout is 0 (or at
     # inference): "" lets the backend choose (XLA on CPU and TPU); "cudnn" asks for cuDNN's fused
     # flash attention on a GPU (bf16 or fp16, padding given as sequence lengths); "xla" never
@@ -65,6 +71,8 @@ class EncoderConfig:
                      ATTENTION_IMPLEMENTATIONS)
         for name in ("dtype", "param_dtype"):
             check_choice(f"model.{name}", getattr(self, name), DTYPES)
+        if self.matmul_dtype:
+            check_choice("model.matmul_dtype", self.matmul_dtype, DTYPES)
         for name in ("adapter_size", "lora_rank"):
             if getattr(self, name) < 0:
                 raise UserError(f"model.{name} must be >= 0, got {getattr(self, name)}")
@@ -76,6 +84,11 @@ class EncoderConfig:
                             f"{self.lora_alpha}, dropout {self.lora_dropout}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise UserError(f"model.pad_token_id {self.pad_token_id} is outside the vocabulary")
+
+    @property
+    def operand_dtype(self) -> str:
+        """What the dense layers' matmuls multiply (their results are in `dtype`)."""
+        return self.matmul_dtype or self.dtype
 
     @property
     def head_dim(self) -> int:

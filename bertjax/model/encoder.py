@@ -2,8 +2,9 @@
 
 Numerics follow Hugging Face's `BertModel` exactly (exact erf GELU, LayerNorm after each residual
 add), so converted checkpoints reproduce it to fp32 rounding. Parameters live in
-`config.param_dtype` and matmuls run in `config.dtype`; softmax, LayerNorm and the residual sums
-that feed LayerNorm run in fp32 whatever the compute dtype.
+`config.param_dtype` and matmuls run in `config.dtype` (their operands in `config.matmul_dtype`
+when set); softmax, LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the
+compute dtype.
 
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and activations are
 constrained at layer boundaries (`nn.with_logical_constraint`); both are inert until the caller
@@ -63,12 +64,34 @@ def layer_norm(config: EncoderConfig, name: str) -> nn.LayerNorm:
         bias_init=zeros_init(("norm",)), name=name)
 
 
+def matmul(equation: str, x: Array, kernel: Array, config: EncoderConfig,
+           result_dtype: str | None = None) -> Array:
+    """einsum of operands in the config's operand dtype into `result_dtype` (the compute dtype)."""
+    operand = config.operand_dtype
+    return jnp.einsum(equation, x.astype(operand), kernel.astype(operand),
+                      preferred_element_type=result_dtype or config.dtype)
+
+
+def _dot_in(operand: str, result: str) -> Callable:
+    """A Dense's dot_general whose operands are cast to `operand` and whose result is `result`."""
+    def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+        return jax.lax.dot_general(lhs.astype(operand), rhs.astype(operand), dimension_numbers,
+                                   precision=precision, preferred_element_type=result)
+    return dot_general
+
+
 def dense(config: EncoderConfig, features: int, names: tuple, name: str,
           dtype: str | None = None) -> nn.Dense:
     """A Dense whose kernel is named `names` and whose bias takes the output axis name."""
+    # A head that asks for its own dtype (fp32 scores) keeps operands of that dtype too.
+    extra = {}
+    if dtype is None and config.operand_dtype != config.dtype:
+        extra["dot_general"] = _dot_in(config.operand_dtype, config.dtype)
+    dtype = dtype or config.dtype
     return nn.Dense(
-        features, dtype=dtype or config.dtype, param_dtype=config.param_dtype,
-        kernel_init=kernel_init(config, names), bias_init=zeros_init(names[-1:]), name=name)
+        features, dtype=dtype, param_dtype=config.param_dtype,
+        kernel_init=kernel_init(config, names), bias_init=zeros_init(names[-1:]), name=name,
+        **extra)
 
 
 def gelu(x: Array) -> Array:
@@ -167,9 +190,7 @@ class Embeddings(nn.Module):
 
     def attend(self, x: Array) -> Array:
         """x [..., H] -> fp32 scores [..., V] against the word embeddings (tied output layer)."""
-        dtype = self.config.dtype
-        return jnp.einsum("...h,vh->...v", x.astype(dtype), self.word_embeddings.astype(dtype),
-                          preferred_element_type=jnp.float32)
+        return matmul("...h,vh->...v", x, self.word_embeddings, self.config, "float32")
 
 
 class EinsumDense(nn.Module):
@@ -190,8 +211,7 @@ class EinsumDense(nn.Module):
                             cfg.param_dtype)
         bias = self.param("bias", zeros_init(self.kernel_axes[-self.out_dims:]),
                           self.kernel_shape[-self.out_dims:], cfg.param_dtype)
-        dtype = cfg.dtype
-        return jnp.einsum(self.equation, x.astype(dtype), kernel.astype(dtype)) + bias.astype(dtype)
+        return matmul(self.equation, x, kernel, cfg) + bias.astype(cfg.dtype)
 
 
 class SelfAttention(nn.Module):

@@ -34,6 +34,7 @@ class ModelSpec:
     max_position_embeddings: int
     type_vocab_size: int
     attention_implementation: str = ""
+    matmul_dtype: str = ""
 
     @property
     def from_checkpoint(self) -> bool:
@@ -43,7 +44,8 @@ class ModelSpec:
         return dict(dtype=self.dtype, param_dtype=self.param_dtype,
                     hidden_dropout=self.hidden_dropout, attention_dropout=self.attention_dropout,
                     scan_layers=self.scan_layers, remat=self.remat,
-                    attention_implementation=self.attention_implementation)
+                    attention_implementation=self.attention_implementation,
+                    matmul_dtype=self.matmul_dtype)
 
     def encoder(self, vocab_size: int, pad_token_id: int = 0,
                 recorded: EncoderConfig | None = None) -> EncoderConfig:
@@ -82,7 +84,8 @@ def model_spec(section: ml_collections.ConfigDict) -> ModelSpec:
     spec = ModelSpec(section.preset, sizes, section.dtype, section.param_dtype,
                      section.hidden_dropout, section.attention_dropout, section.scan_layers,
                      section.remat, section.max_position_embeddings, section.type_vocab_size,
-                     str(section.get("attention_implementation", "")))
+                     str(section.get("attention_implementation", "")),
+                     str(section.get("matmul_dtype", "")))
     _check_attention(spec)
     if not spec.from_checkpoint:
         spec.encoder(vocab_size=1000)  # refuses an unknown preset or a bad shape now, by name
