@@ -22,6 +22,7 @@ dropout 0, 20 predictions, 10% warmup, bias correction).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -223,6 +224,37 @@ def print_one_step_check(ours: float, theirs: float, differences: dict) -> None:
     print(f"max |gradient diff| over all {len(differences)} torch parameters: {worst:.2e}\n")
 
 
+@dataclasses.dataclass
+class TorchSide:
+    """transformers' ELECTRA in training: its models, optimizer and schedule, and its sampler."""
+    disc: torch.nn.Module
+    gen: torch.nn.Module
+    named: dict
+    optimizer: torch.optim.Optimizer
+    schedule: object
+    lam: float
+    clip_norm: float
+    sampler: torch.Generator
+
+    def train_step(self, b) -> dict:
+        """One step as transformers' Trainer takes it; the step's metric sums."""
+        loss, sums = torch_forward(self.disc, self.gen, b, self.lam, generator=self.sampler)
+        self.optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.named.values(), self.clip_norm)
+        self.optimizer.step()
+        self.schedule.step()
+        return sums
+
+    def held_out(self, batches, seed: int) -> list[dict]:
+        """Metric sums on held-out batches (no gradient, samples from a sampler of `seed`)."""
+        sampler = torch.Generator().manual_seed(seed)
+        self.disc.eval(), self.gen.eval()
+        with torch.no_grad():
+            return [torch_forward(self.disc, self.gen, b, self.lam, generator=sampler)[1]
+                    for b in batches]
+
+
 def row(step, label, figures) -> str:
     return (f"| {step} | {label} | " + " | ".join(f"{figures[k]:.3f}" for _, k in SHOWN) + " |")
 
@@ -262,7 +294,8 @@ def main(argv=None) -> None:
     print_one_step_check(*one_step_difference(model, objective, state.params, disc, gen, first,
                                               lam, encoder, heads))
 
-    sampler = torch.Generator().manual_seed(args.seed)
+    theirs = TorchSide(disc, gen, named, torch_opt, torch_schedule, lam, s.optimizer.clip_norm,
+                       torch.Generator().manual_seed(args.seed))
     wall = {"ours": 0.0, "transformers": 0.0}
     window = {"ours": [], "transformers": []}
     print(f"{s.model.preset} L={encoder.num_layers} H={encoder.hidden_size} (generator "
@@ -276,13 +309,7 @@ def main(argv=None) -> None:
         window["ours"].append(jax.device_get(metrics))
         wall["ours"] += time.perf_counter() - started
         started = time.perf_counter()
-        loss, sums = torch_forward(disc, gen, b, lam, generator=sampler)
-        torch_opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(named.values(), s.optimizer.clip_norm)
-        torch_opt.step()
-        torch_schedule.step()
-        window["transformers"].append(sums)
+        window["transformers"].append(theirs.train_step(b))
         wall["transformers"] += time.perf_counter() - started
         if step % args.every == 0 or step == args.steps:
             for side in window:
@@ -293,13 +320,10 @@ def main(argv=None) -> None:
 
     held_out = data.eval_batches(phase, args.eval_batches)
     ours = [eval_step(state.params, partitioning.global_batch(b, mesh)) for b in held_out]
-    evaluator = torch.Generator().manual_seed(args.seed)
-    disc.eval(), gen.eval()
-    with torch.no_grad():
-        theirs = [torch_forward(disc, gen, b, lam, generator=evaluator)[1] for b in held_out]
     print(f"\nheld out ({args.eval_batches} batches of {args.batch_size}):\n\n{HEADER}")
     print(row(args.steps, "ours", window_summary(jax.device_get(ours), objective.summarize)))
-    print(row(args.steps, "transformers", window_summary(theirs, objective.summarize)))
+    print(row(args.steps, "transformers", window_summary(theirs.held_out(held_out, args.seed),
+                                                        objective.summarize)))
     print(f"\ntraining wall time: ours {wall['ours']:.0f} s (compilation included), "
           f"transformers {wall['transformers']:.0f} s")
 

@@ -11,7 +11,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def bench(*args, tmp_path=None):
+def bench(*args):
     env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0")
     return subprocess.run([sys.executable, "-m", "bertjax.bench", "--task", "finetune", *args],
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -26,6 +26,7 @@ def test_an_epoch_is_timed_bucketed_padded_and_against_transformers(tmp_path, mi
     assert proc.returncode == 0, proc.stderr
     r = json.loads(out.read_text())
     assert r["rows"] == 32 and r["batch"] == 16 and r["max_seq_len"] == 128
+    assert r["dtype"] == r["matmul_dtype"] == "float32"
     bucketed, padded, torch = r["epochs"]
     assert bucketed["label"].startswith("bertjax, buckets 32/64/96/128")
     assert padded["label"] == "bertjax, padded to 128" and torch["label"].startswith("transformers")

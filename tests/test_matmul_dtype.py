@@ -29,7 +29,7 @@ def forward(config, params=None):
     batch = inputs()
     if params is None:
         params = model.init(jax.random.PRNGKey(0), batch)
-    return params, (lambda p: model.apply(p, batch)), model
+    return params, (lambda p: model.apply(p, batch))
 
 
 def dots(function, params):
@@ -49,7 +49,7 @@ def dots(function, params):
 
 
 def test_bf16_operands_fp32_results_in_the_dense_layers_and_the_output_layer():
-    params, apply, _ = forward(tiny(matmul_dtype="bfloat16"))
+    params, apply = forward(tiny(matmul_dtype="bfloat16"))
     found = dots(apply, params)
     bf16 = [d for d in found if d[0] == ("bfloat16", "bfloat16")]
     # Per layer: query, key, value, output, intermediate, output (6 x 2 layers, scanned once);
@@ -61,13 +61,13 @@ def test_bf16_operands_fp32_results_in_the_dense_layers_and_the_output_layer():
 
 
 def test_default_is_plain_fp32():
-    params, apply, _ = forward(tiny())
+    params, apply = forward(tiny())
     assert {d for d in dots(apply, params)} == {(("float32", "float32"), "float32")}
 
 
 def test_outputs_are_bf16_close_to_fp32_and_differ_from_it():
-    params, apply32, _ = forward(tiny())
-    _, apply_mixed, _ = forward(tiny(matmul_dtype="bfloat16"), params)
+    params, apply32 = forward(tiny())
+    _, apply_mixed = forward(tiny(matmul_dtype="bfloat16"), params)
     exact, mixed = apply32(params), apply_mixed(params)
     for name in ("mlm_logits", "nsp_logits"):
         a, b = np.asarray(exact[name]), np.asarray(mixed[name])
@@ -78,7 +78,7 @@ def test_outputs_are_bf16_close_to_fp32_and_differ_from_it():
 
 
 def test_gradients_flow_in_fp32_params():
-    params, apply, _ = forward(tiny(matmul_dtype="bfloat16"))
+    params, apply = forward(tiny(matmul_dtype="bfloat16"))
     grads = jax.grad(lambda p: jnp.sum(apply(p)["mlm_logits"] ** 2))(params)
     leaves = jax.tree_util.tree_leaves(grads)
     assert all(g.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(g))) for g in leaves)

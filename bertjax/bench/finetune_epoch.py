@@ -241,7 +241,8 @@ def run(options, config) -> dict:
                       f"{precision}")
     timings = interleaved(runs, labels)
     result = {"task": s.task, "rows": rows, "batch": s.train.batch_size, "max_seq_len": max_len,
-              "dtype": start.encoder.dtype, "params": ours.params,
+              "dtype": start.encoder.dtype, "matmul_dtype": start.encoder.operand_dtype,
+              "params": ours.params,
               "devices": jax.device_count(), "platform": jax.devices()[0].platform,
               "torch_threads": peer.threads if peer else None,
               "epochs": [dict(t.as_dict(), examples_per_s=rows / t.seconds) for t in timings]}
@@ -255,7 +256,8 @@ def run(options, config) -> dict:
 def describe(r: dict) -> str:
     lines = [f"task:     {r['task']}, {r['rows']:,} training rows, batch {r['batch']}, "
              f"max_seq_len {r['max_seq_len']}, {r['params']:,} parameters, our dtype "
-             f"{r['dtype']}, {r['devices']} x {r['platform']}"
+             f"{r['dtype']} (matmul operands {r['matmul_dtype']}), {r['devices']} x "
+             f"{r['platform']}"
              + (f", torch {r['torch_threads']} threads" if r["torch_threads"] else ""),
              "| run | epoch s | examples/s | compile s (shapes) | padding tokens per real "
              "token | last loss |", "|---|---|---|---|---|---|"]
