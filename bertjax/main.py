@@ -10,6 +10,11 @@ from __future__ import annotations
 import os
 import sys
 
+if __name__ == "__main__":  # before the imports below, which a re-executed process redoes
+    from bertjax import host_memory
+
+    host_memory.reexec_with_huge_pages()
+
 from absl import flags, logging
 from ml_collections import config_flags
 

@@ -1,5 +1,9 @@
 import sys
 
-from bertjax.bench.cli import main
+from bertjax import host_memory
+
+host_memory.reexec_with_huge_pages()  # before JAX or torch is imported
+
+from bertjax.bench.cli import main  # noqa: E402
 
 sys.exit(main())

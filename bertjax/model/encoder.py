@@ -13,6 +13,7 @@ supplies a rules table and a mesh, so the model also runs unsharded.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import flax.linen as nn
@@ -21,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.errors import UserError
-from bertjax.model import adaptation
+from bertjax.model import adaptation, low_precision_matmul
 from bertjax.model.config import EncoderConfig
 
 Array = jax.Array
@@ -66,15 +67,44 @@ def layer_norm(config: EncoderConfig, name: str) -> nn.LayerNorm:
 
 def matmul(equation: str, x: Array, kernel: Array, config: EncoderConfig,
            result_dtype: str | None = None) -> Array:
-    """einsum of operands in the config's operand dtype into `result_dtype` (the compute dtype)."""
-    operand = config.operand_dtype
+    """einsum of operands in the config's operand dtype into `result_dtype` (the compute dtype).
+
+    `equation` contracts trailing axes of `x` with the leading (or, for a transposed kernel such
+    as the tied output layer's, trailing) axes of `kernel`, the free axes in order."""
+    operand, result = config.operand_dtype, result_dtype or config.dtype
+    if low_precision_matmul.use_fast_gradients(operand):
+        return _flat_matmul(equation, x, kernel, operand, result)
     return jnp.einsum(equation, x.astype(operand), kernel.astype(operand),
-                      preferred_element_type=result_dtype or config.dtype)
+                      preferred_element_type=result)
+
+
+def _flat_matmul(equation: str, x: Array, kernel: Array, operand: str, result: str) -> Array:
+    """`matmul` through low_precision_matmul.matmul_2d: both operands flattened to 2-D."""
+    inputs, output = equation.replace("...", "").split("->")
+    lhs, rhs = inputs.split(",")
+    contracted = len(set(lhs) & set(rhs))
+    transposed = rhs[-contracted:] == lhs[-contracted:]
+    assert transposed or rhs[:contracted] == lhs[-contracted:], equation
+    assert output == lhs[:len(lhs) - contracted] + (
+        rhs[:-contracted] if transposed else rhs[contracted:]), equation
+    depth = math.prod(x.shape[-contracted:])
+    if transposed:
+        free = kernel.shape[:-contracted]
+        w = kernel.reshape(-1, depth)
+    else:
+        free = kernel.shape[contracted:]
+        w = kernel.reshape(depth, -1)
+    y = low_precision_matmul.matmul_2d(x.reshape(-1, depth), w, operand, result, transposed)
+    return y.reshape(*x.shape[:-contracted], *free)
 
 
 def _dot_in(operand: str, result: str) -> Callable:
     """A Dense's dot_general whose operands are cast to `operand` and whose result is `result`."""
     def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+        if low_precision_matmul.use_fast_gradients(operand):
+            y = low_precision_matmul.matmul_2d(lhs.reshape(-1, lhs.shape[-1]), rhs, operand,
+                                               result)
+            return y.reshape(*lhs.shape[:-1], rhs.shape[-1])
         return jax.lax.dot_general(lhs.astype(operand), rhs.astype(operand), dimension_numbers,
                                    precision=precision, preferred_element_type=result)
     return dot_general
@@ -85,7 +115,8 @@ def dense(config: EncoderConfig, features: int, names: tuple, name: str,
     """A Dense whose kernel is named `names` and whose bias takes the output axis name."""
     # A head that asks for its own dtype (fp32 scores) keeps operands of that dtype too.
     extra = {}
-    if dtype is None and config.operand_dtype != config.dtype:
+    if dtype is None and (config.operand_dtype != config.dtype
+                          or low_precision_matmul.use_fast_gradients(config.operand_dtype)):
         extra["dot_general"] = _dot_in(config.operand_dtype, config.dtype)
     dtype = dtype or config.dtype
     return nn.Dense(
