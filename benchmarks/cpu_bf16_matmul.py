@@ -6,6 +6,10 @@ feed-forward), timed alternately, GFLOP/s and each framework's bf16 / fp32 ratio
 
 XLA's bf16 product takes bf16 inputs and accumulates in fp32 (preferred_element_type, what the
 model's bf16 mode does); torch's is `a @ b` on bf16 tensors (what torch.autocast runs).
+
+A second table times a training step's three products (forward, input and weight gradients) of
+each shape in XLA: fp32, bf16 as autodiff differentiates the cast product (XLA widens its weight
+gradient to fp32), and bf16 through bertjax.model.low_precision_matmul (what the model runs).
 """
 
 from __future__ import annotations
@@ -65,6 +69,35 @@ def main() -> None:
         print(f"| {name} ({m}x{k} @ {k}x{n}) | {figures[0]:.0f} | {figures[1]:.0f} | "
               f"{figures[1] / figures[0]:.2f}x | {figures[2]:.0f} | {figures[3]:.0f} | "
               f"{figures[3] / figures[2]:.2f}x |")
+
+    print()
+    print("| products of a training step (XLA) | fp32 GFLOP/s | bf16, autodiff | "
+          "bf16, low_precision_matmul | low_precision_matmul / fp32 |")
+    print("|---|---|---|---|---|")
+    for name, (m, k, n) in shapes.items():
+        figures = [3 * 2 * m * k * n / 1e9 / timed(step, args.repeats)
+                   for step in training_products(rng, m, k, n)]
+        print(f"| {name} ({m}x{k} @ {k}x{n}) | {figures[0]:.0f} | {figures[1]:.0f} | "
+              f"{figures[2]:.0f} | {figures[2] / figures[0]:.2f}x |")
+
+
+def training_products(rng, m: int, k: int, n: int):
+    """Steppers running forward + both gradients of x [m, k] @ w [k, n]: fp32, bf16 by autodiff,
+    bf16 by low_precision_matmul."""
+    from bertjax.model.low_precision_matmul import matmul_2d
+
+    x = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((k, n)), jnp.float32)
+    products = (lambda a, b: a @ b,
+                lambda a, b: jnp.matmul(a.astype(jnp.bfloat16), b.astype(jnp.bfloat16),
+                                        preferred_element_type=jnp.float32),
+                lambda a, b: matmul_2d(a, b, "bfloat16", "float32"))
+    steppers = []
+    for product in products:
+        step = jax.jit(jax.value_and_grad(lambda a, b, p=product: jnp.sum(p(a, b) ** 2),
+                                          argnums=(0, 1)))
+        steppers.append(lambda step=step: jax.block_until_ready(step(x, w)))
+    return steppers
 
 
 if __name__ == "__main__":

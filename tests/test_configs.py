@@ -27,7 +27,8 @@ def load(path):
 # Every platform preset of configs/platform.py, as FILE:NAME.
 PLATFORM_FILE = os.path.join(REPO, "configs", "platform.py")
 CONFIGS = [p for p in CONFIG_FILES if p != PLATFORM_FILE] + [
-    f"{PLATFORM_FILE}:{name}" for name in ("cpu", "gpu_8", "tpu_v4_8", "tpu_v5e_8", "tpu_v4_32")]
+    f"{PLATFORM_FILE}:{name}"
+    for name in ("cpu", "cpu_bf16", "gpu_8", "tpu_v4_8", "tpu_v5e_8", "tpu_v4_32")]
 
 
 def test_the_expected_configs_ship():
@@ -66,5 +67,6 @@ def test_base_is_bert_base_and_large_is_bert_large():
 
 def test_platform_presets_need_a_known_platform_name():
     for spec in (PLATFORM_FILE, f"{PLATFORM_FILE}:tpu"):
-        with pytest.raises(KeyError, match="configs/platform.py:NAME with NAME one of cpu, gpu_8"):
+        with pytest.raises(KeyError,
+                           match="configs/platform.py:NAME with NAME one of cpu, cpu_bf16, gpu_8"):
             load(spec)

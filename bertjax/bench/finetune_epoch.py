@@ -5,8 +5,8 @@ Ours is the job's own pieces: the task's features and model, the recipe's optimi
 generic donated train step, and the job's batch order (EpochBatches, with the config's length
 buckets), one step compiled per bucket as the job does (all compiled before timing, the compile time
 shown apart); timed twice, with buckets and with every batch padded to max_seq_len, so the table
-shows what bucketing buys. The runs' steps are interleaved (one of each in turn, each run to
-completion), so a change in the machine's load falls on all alike. The peer is what a
+shows what bucketing buys. The runs' steps are interleaved (turns of BLOCK_STEPS steps, each
+run to completion), so a change in the machine's load falls on all alike. The peer is what a
 transformers user runs: the matching `*ForSequenceClassification` / `*ForTokenClassification`,
 AdamW with the same settings, the same rows in a seeded random order, each batch padded to its
 own longest row (DataCollatorWithPadding), gradient clipping. Both start from the same random
@@ -209,15 +209,21 @@ class TorchEpoch:
         return [thunk(b) for b in batches], timing
 
 
+# Consecutive steps a run takes before the next run's turn. The first step after another
+# framework ran is the slower one (the memory it freed is faulted back in; its idle workers may
+# still spin), so a turn of one step charged every step with that.
+BLOCK_STEPS = 8
+
+
 def interleaved(runs: list[tuple[list, object]], labels: list[str]) -> list[EpochTiming]:
-    """Each run's epoch timed step by step, the runs' steps interleaved (one of each in turn),
-    so a change in the machine's load falls on all of them alike."""
+    """Each run's epoch timed step by step, the runs taking turns of BLOCK_STEPS steps, so a
+    change in the machine's load falls on all of them alike."""
     spent = [0.0] * len(runs)
-    for index in range(max(len(thunks) for thunks, _ in runs)):
+    for first in range(0, max(len(thunks) for thunks, _ in runs), BLOCK_STEPS):
         for r, (thunks, _) in enumerate(runs):
-            if index < len(thunks):
+            for thunk in thunks[first:first + BLOCK_STEPS]:
                 started = time.perf_counter()
-                thunks[index]()
+                thunk()
                 spent[r] += time.perf_counter() - started
     return [timing(label, seconds) for (_, timing), label, seconds in zip(runs, labels, spent)]
 
