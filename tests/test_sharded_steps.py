@@ -196,7 +196,8 @@ def test_uneven_batch_layouts_are_refused():
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # configs/platform.py preset: (devices, processes, accelerator?) of the platform it is for.
-PLATFORMS = {"cpu": (1, 1, False), "tpu_v4_8": (4, 1, True), "tpu_v5e_8": (8, 1, True),
+PLATFORMS = {"cpu": (1, 1, False), "cpu_bf16": (1, 1, False), "tpu_v4_8": (4, 1, True),
+             "tpu_v5e_8": (8, 1, True),
              "tpu_v4_32": (16, 4, True), "gpu_8": (8, 1, True)}
 
 
