@@ -13,7 +13,6 @@ supplies a rules table and a mesh, so the model also runs unsharded.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import flax.linen as nn
@@ -73,38 +72,16 @@ def matmul(equation: str, x: Array, kernel: Array, config: EncoderConfig,
     as the tied output layer's, trailing) axes of `kernel`, the free axes in order."""
     operand, result = config.operand_dtype, result_dtype or config.dtype
     if low_precision_matmul.use_fast_gradients(operand):
-        return _flat_matmul(equation, x, kernel, operand, result)
+        return low_precision_matmul.einsum(equation, x, kernel, operand, result)
     return jnp.einsum(equation, x.astype(operand), kernel.astype(operand),
                       preferred_element_type=result)
-
-
-def _flat_matmul(equation: str, x: Array, kernel: Array, operand: str, result: str) -> Array:
-    """`matmul` through low_precision_matmul.matmul_2d: both operands flattened to 2-D."""
-    inputs, output = equation.replace("...", "").split("->")
-    lhs, rhs = inputs.split(",")
-    contracted = len(set(lhs) & set(rhs))
-    transposed = rhs[-contracted:] == lhs[-contracted:]
-    assert transposed or rhs[:contracted] == lhs[-contracted:], equation
-    assert output == lhs[:len(lhs) - contracted] + (
-        rhs[:-contracted] if transposed else rhs[contracted:]), equation
-    depth = math.prod(x.shape[-contracted:])
-    if transposed:
-        free = kernel.shape[:-contracted]
-        w = kernel.reshape(-1, depth)
-    else:
-        free = kernel.shape[contracted:]
-        w = kernel.reshape(depth, -1)
-    y = low_precision_matmul.matmul_2d(x.reshape(-1, depth), w, operand, result, transposed)
-    return y.reshape(*x.shape[:-contracted], *free)
 
 
 def _dot_in(operand: str, result: str) -> Callable:
     """A Dense's dot_general whose operands are cast to `operand` and whose result is `result`."""
     def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
         if low_precision_matmul.use_fast_gradients(operand):
-            y = low_precision_matmul.matmul_2d(lhs.reshape(-1, lhs.shape[-1]), rhs, operand,
-                                               result)
-            return y.reshape(*lhs.shape[:-1], rhs.shape[-1])
+            return low_precision_matmul.einsum("...k,kn->...n", lhs, rhs, operand, result)
         return jax.lax.dot_general(lhs.astype(operand), rhs.astype(operand), dimension_numbers,
                                    precision=precision, preferred_element_type=result)
     return dot_general
