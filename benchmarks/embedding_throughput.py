@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 import bertjax
-from bertjax.data import packaged
+from bertjax.core import packaged
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.finetune import readers
 

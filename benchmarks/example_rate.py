@@ -1,6 +1,6 @@
 """Pretraining batch building rate, examples per second on one core.
 
-Real input: the demo corpus (106 Wikipedia articles) prepared with bertjax.data.prepare and the
+Real input: the demo corpus (106 Wikipedia articles) prepared with bertjax.cli.prepare and the
 real bert-base-uncased vocabulary. Batches are built synchronously (workers=0), so the figures are
 per core; with W workers the pipeline delivers up to about W times as many. Measured per CPU-second
 of this process (the building is single-threaded numpy), so a busy machine distorts the figures
@@ -21,7 +21,9 @@ import time
 
 import numpy as np
 
-from bertjax.data import packaged, preparation_engine
+from bertjax.data import preparation_engine
+
+from bertjax.core import packaged
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.examples import greedy_boundaries
@@ -29,7 +31,7 @@ from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule, Phase
 from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.errors import exit_on_user_error
+from bertjax.core.errors import exit_on_user_error
 
 SHAPES = ((128, 20), (512, 80))  # BERT's two phases: (sequence length, max predictions)
 SETUPS = (("nsp", "token"), ("nsp", "whole_word"), ("full_sentences", "span"))

@@ -19,7 +19,7 @@ import math
 import jax
 import numpy as np
 
-from bertjax import loading
+from bertjax.inference import loading
 from bertjax.finetune.methods import MethodSettings
 from bertjax.model import adaptation
 from bertjax.model.config import PRESETS, preset

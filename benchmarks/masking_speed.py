@@ -21,11 +21,11 @@ import time
 
 import numpy as np
 
-from bertjax.data import packaged
+from bertjax.core import packaged
 from bertjax.data.masking import Masker
 from bertjax.data.masking_config import STRATEGIES, MaskingConfig
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.errors import exit_on_user_error
+from bertjax.core.errors import exit_on_user_error
 
 SHAPES = ((128, 20), (512, 80))  # (sequence length, max predictions), BERT's two phases
 

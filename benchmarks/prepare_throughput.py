@@ -18,7 +18,7 @@ import time
 
 from tokenizers.implementations import BertWordPieceTokenizer
 
-from bertjax.data import packaged
+from bertjax.core import packaged
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.preparation_engine import prepare
 from bertjax.data.tokenizer import WordPieceTokenizer

@@ -41,8 +41,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from bertjax.data import packaged  # noqa: E402
-from bertjax.errors import UserError, exit_on_user_error  # noqa: E402
+from bertjax.core import packaged  # noqa: E402
+from bertjax.core.errors import UserError, exit_on_user_error  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)

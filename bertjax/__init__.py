@@ -1,14 +1,14 @@
 """bertjax: pretraining and fine-tuning BERT-style encoders with JAX and Flax.
 
     import bertjax
-    model = bertjax.load(PATH)    # see bertjax.api
+    model = bertjax.load(PATH)    # see bertjax.inference.api
 """
 
 __version__ = "0.1.0"
 
 
 def load(path: str, **options):
-    """A trained encoder ready to use (`bertjax.api.Model`); see `bertjax.api.load`."""
-    from bertjax.api import load as _load  # deferred: `import bertjax` stays cheap (no JAX)
+    """A trained encoder ready to use (`bertjax.inference.api.Model`); see `bertjax.inference.api.load`."""
+    from bertjax.inference.api import load as _load  # deferred: `import bertjax` stays cheap (no JAX)
 
     return _load(path, **options)

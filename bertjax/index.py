@@ -1,8 +1,9 @@
-"""`python -m bertjax.index build|search|evaluate ...`: see bertjax.retrieval.cli."""
+"""`python -m bertjax.index`: a documented command name; the command is `bertjax.cli.index`.
 
-import sys
+It runs that module as the program (runpy), so keeping the name adds no import from this layer
+to the command-line layer."""
 
-from bertjax.retrieval.cli import main
+import runpy
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    runpy.run_module("bertjax.cli.index", run_name="__main__", alter_sys=True)

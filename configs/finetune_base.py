@@ -129,7 +129,7 @@ def get_config() -> ml_collections.ConfigDict:
     # Each batch cut to the smallest multiple of this many tokens that holds its longest row
     # (one compiled step per length; training batches drawn from length-sorted windows of the
     # shuffled epoch); 0: every batch padded to max_seq_len.
-    config.train.bucket_multiple = 32      # bertjax.length_buckets.DEFAULT_MULTIPLE
+    config.train.bucket_multiple = 32      # bertjax.core.length_buckets.DEFAULT_MULTIPLE
     config.train.accumulation_steps = 1
     config.train.seed = 0
     config.train.restarts = 1               # N > 1: N seeds in WORKDIR/restart_K, best kept

@@ -10,7 +10,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 
-from bertjax.data import packaged  # noqa: E402
+from bertjax.core import packaged  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ def tiny_args(workdir, corpus_dir, **overrides):
         "train.eval_every": 6, "train.eval_batches": 2, "optimizer.warmup_steps": 3,
     }
     settings.update(overrides)
-    return ["bertjax.main", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}"] + [
+    return ["bertjax.cli.main", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}"] + [
         f"--config.{k}={v}" for k, v in settings.items()]
 
 
@@ -44,7 +44,7 @@ CHILD = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGTERM)
             return compile_step(*args, **kwargs)
         compilation.compile_step = compile_after_a_sigterm
-    from bertjax import main
+    from bertjax.cli import main
     sys.exit(main.main(sys.argv[1:]))
 """)
 

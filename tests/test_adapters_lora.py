@@ -23,8 +23,10 @@ from flax import traverse_util
 from transformers import BertForSequenceClassification
 
 import bertjax
-from bertjax import export, loading, main
-from bertjax.errors import UserError
+from bertjax.cli import export
+from bertjax.inference import loading
+from bertjax.cli import main
+from bertjax.core.errors import UserError
 from bertjax.finetune import readers
 from bertjax.interop import params_dir
 from bertjax.model import adaptation, layout
@@ -45,7 +47,7 @@ ADAPTER = {"finetune.method": "adapter", "optimizer.learning_rate": 2e-3,
 
 
 def finetune(workdir: str, base: str, **settings) -> int:
-    argv = ["bertjax.main", f"--config={REPO}/configs/finetune_sentiment.py",
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
             f"--workdir={workdir}", f"--config.init_checkpoint={base}"]
     return main.main(argv + [f"--config.{k}={v}" for k, v in {**RUN, **settings}.items()])
 
@@ -265,7 +267,7 @@ def test_lora_adds_nothing_at_init_and_both_methods_agree_across_layouts():
 
 def run_main(argv, capsys) -> tuple[int, str]:
     capsys.readouterr()
-    code = main.main(["bertjax.main", f"--config={REPO}/configs/finetune_sentiment.py", *argv])
+    code = main.main(["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py", *argv])
     return code, capsys.readouterr().err
 
 

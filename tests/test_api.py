@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import bertjax
-from bertjax import main as bertjax_main
-from bertjax.errors import UserError
-from bertjax.length_buckets import bucket_length, bucket_rows
+from bertjax.cli import main as bertjax_main
+from bertjax.core.errors import UserError
+from bertjax.core.length_buckets import bucket_length, bucket_rows
 from bertjax.model import layout
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
@@ -150,7 +150,7 @@ def test_predict_of_a_fine_tuned_run_is_what_predict_mode_writes(tmp_path, token
     data = tmp_path / "predict.tsv"
     data.write_text("sentence\n" + "".join(t + "\n" for t in texts), encoding="utf-8")
     output = tmp_path / "predictions.jsonl"
-    code = bertjax_main.main(["bertjax.main", f"--config={REPO}/configs/finetune_sentiment.py",
+    code = bertjax_main.main(["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
                               f"--workdir={workdir}", "--config.mode=predict",
                               f"--config.data.predict={data}",
                               f"--config.predict_output={output}"])

@@ -6,7 +6,7 @@ import stat
 
 import pytest
 
-from bertjax import atomic_files
+from bertjax.core import atomic_files
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import main
+from bertjax.cli import main
 from bertjax.model.config import preset
 from bertjax.model.encoder import Encoder
 
@@ -85,7 +85,7 @@ def test_cudnn_is_asked_for_with_key_lengths_and_computes_the_same(calls):
 
 
 def test_cudnn_off_a_gpu_is_one_line_and_exit_2(tmp_path, capsys):
-    argv = ["bertjax.main", "--config=configs/tiny.py", f"--workdir={tmp_path / 'wd'}",
+    argv = ["bertjax.cli.main", "--config=configs/tiny.py", f"--workdir={tmp_path / 'wd'}",
             "--config.model.attention_implementation=cudnn", "--config.model.dtype=bfloat16"]
     assert main.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

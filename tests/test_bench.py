@@ -11,7 +11,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bertjax.bench import cli, flops
+from bertjax.bench import flops
+
+from bertjax.cli import bench as cli
 from bertjax.bench.jax_step import Workload, synthetic_batch
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 
 import bertjax
-from bertjax import loading, main
+from bertjax.inference import loading
+from bertjax.cli import main
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import cloze, readers
 from bertjax.finetune.readers import TextExample
 from bertjax.finetune.tasks import TaskSettings, make_task
@@ -43,7 +44,7 @@ FAST = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "data.max_s
 
 
 def finetune(workdir, **settings) -> int:
-    argv = ["bertjax.main", f"--config={REPO}/configs/finetune_sentiment.py",
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
             f"--workdir={workdir}"]
     return main.main(argv + [f"--config.{k}={v}" for k, v in {**FAST, **settings}.items()])
 
@@ -266,7 +267,7 @@ def test_bad_input_is_one_line_before_anything_is_written(tmp_path, pretrained, 
                 "finetune.verbalizer": VERBALIZER, **settings}
     config = settings.pop("config", "finetune_sentiment")
     workdir = tmp_path / "wd"
-    argv = ["bertjax.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]
     if config == "finetune_regression":
         settings.update({"data.train": "packaged:movie_review_scores:train",
                          "data.eval": "packaged:movie_review_scores:dev"})

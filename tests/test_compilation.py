@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.train import compilation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

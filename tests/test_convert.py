@@ -20,8 +20,9 @@ import torch
 from safetensors.numpy import load_file
 from transformers import AutoTokenizer, BertConfig, BertForPreTraining, BertModel
 
-from bertjax import loading
-from bertjax import convert, main
+from bertjax.inference import loading
+from bertjax.cli import convert
+from bertjax.cli import main
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.interop import hf_bert_config, hf_files, hf_layout, params_dir
 from bertjax.model import layout
@@ -235,7 +236,7 @@ def tiny_pretrain_args(workdir, corpus_dir, **overrides):
                 "train.log_every": 1, "train.checkpoint_every": 2, "train.eval_every": 0,
                 "optimizer.warmup_steps": 1, "model.preset": "from_checkpoint"}
     settings.update(overrides)
-    return ["bertjax.main", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}"] + [
+    return ["bertjax.cli.main", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}"] + [
         f"--config.{k}={v}" for k, v in settings.items()]
 
 
@@ -276,7 +277,7 @@ def test_a_converted_model_starts_pretraining_with_its_own_shape_and_exports_aga
     assert 0 < delta < 0.1
 
     # ... and the run exports back to transformers with the trained weights.
-    from bertjax import export
+    from bertjax.cli import export
 
     out = str(tmp_path / "exported")
     code, _, err = run_cli(export, ["--workdir", workdir, "--format", "hf", "--output", out],

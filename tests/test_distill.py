@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import loading
-from bertjax import api
+from bertjax.inference import loading
+from bertjax.inference import api
 from bertjax.finetune import distillation, objectives, readers
 from bertjax.finetune.distillation import TEACHER_LOGITS
 from bertjax.model.config import preset

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import main
+from bertjax.cli import main
 from bertjax.model.config import preset
 from bertjax.model.electra import (DiscriminatorHead, ElectraForPretraining, gumbel_sample,
                                    replace_masked)

@@ -12,7 +12,9 @@ import pytest
 import torch
 from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-from bertjax import export, loading
+from bertjax.cli import export
+
+from bertjax.inference import loading
 from bertjax.model.electra import DiscriminatorHead, ElectraForPretraining
 from bertjax.model.encoder import Encoder
 from bertjax.model.task_heads import SequenceClassifier

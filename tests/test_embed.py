@@ -16,10 +16,11 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertForPreTraining, BertModel
 
 import bertjax
-from bertjax import embed, evaluate
-from bertjax.api import Model
-from bertjax.data import lee
-from bertjax.errors import UserError
+from bertjax.cli import embed
+from bertjax.cli import evaluate
+from bertjax.inference.api import Model
+from bertjax.evaluation import lee
+from bertjax.core.errors import UserError
 from bertjax.evaluation import correlation, similarity, tfidf
 from test_convert import assert_one_line_error, run_cli, save_hf_dir
 

@@ -20,8 +20,9 @@ from transformers import (AutoTokenizer, BertForMaskedLM, BertForPreTraining,
                           BertForQuestionAnswering, BertForSequenceClassification,
                           BertForTokenClassification)
 
-from bertjax import loading
-from bertjax import convert, export
+from bertjax.inference import loading
+from bertjax.cli import convert
+from bertjax.cli import export
 from bertjax.data.tokenizer import WordPieceTokenizer, load_tokenizer
 from bertjax.interop import hf_files, params_dir
 from bertjax.model import layout

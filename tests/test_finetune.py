@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import finetune_data
-from bertjax import loading
-from bertjax import main
+from bertjax.inference import loading
+from bertjax.cli import main
 from bertjax.finetune import evaluation, readers
 from bertjax.jobs import predict
 from bertjax.jobs.finetune_run import FinetuneRun
@@ -35,7 +35,7 @@ TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dr
 
 
 def finetune(config: str, workdir: str, **settings) -> int:
-    argv = ["bertjax.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]
     return main.main(argv + [f"--config.{k}={v}" for k, v in {**TINY, **settings}.items()])
 
 

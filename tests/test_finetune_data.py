@@ -10,8 +10,9 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.errors import UserError
-from bertjax.finetune import batches, datasets, features, readers, task_data
+from bertjax.core.errors import UserError
+from bertjax.finetune import batches, datasets, features, readers
+from bertjax.jobs import task_data
 from bertjax.settings import finetune as finetune_settings
 from bertjax.finetune.readers import Columns, Source, TaggedExample, TextExample
 from bertjax.finetune.tasks import TaskSettings, task_class

@@ -10,10 +10,10 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax import main
+from bertjax.cli import main
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.errors import UserError
-from bertjax import loading
+from bertjax.core.errors import UserError
+from bertjax.inference import loading
 from bertjax.jobs.finetune import starting_point
 from bertjax.settings import finetune as finetune_settings
 from bertjax.train import freezing, warm_start
@@ -181,7 +181,7 @@ def test_an_imported_bert_is_refused_with_another_vocabulary(tmp_path, minilm_di
     other.mkdir()
     (other / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nmovie\n")
     workdir = str(tmp_path / "wd")
-    code = main.main(["bertjax.main", f"--config={REPO}/configs/finetune_sentiment.py",
+    code = main.main(["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
                       f"--workdir={workdir}", f"--config.init_checkpoint={export}",
                       f"--config.data.tokenizer={other}"])
     err = capsys.readouterr().err.strip().splitlines()

@@ -19,7 +19,7 @@ from safetensors.numpy import load_file
 from transformers import BertConfig, BertForPreTraining, BertModel
 
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.interop import hf_bert_config, hf_layout
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder

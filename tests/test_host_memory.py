@@ -1,4 +1,4 @@
-"""bertjax.host_memory: the entry points re-execute themselves once with glibc's huge-page
+"""bertjax.core.host_memory: the entry points re-execute themselves once with glibc's huge-page
 tunable, unless opted out, already set, or not applicable."""
 
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bertjax import host_memory
+from bertjax.core import host_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,7 +47,7 @@ def test_no_transparent_huge_pages_means_no_change(monkeypatch, tmp_path):
 def run_entry_point(**env_changes) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "BERTJAX_HUGE_PAGES")}
     env.update(env_changes, PYTHONPATH=REPO)
-    done = subprocess.run([sys.executable, "-m", "bertjax.host_memory"], env=env, cwd=REPO,
+    done = subprocess.run([sys.executable, "-m", "bertjax.core.host_memory"], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=True)
     return done.stdout.strip()
 

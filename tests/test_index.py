@@ -15,9 +15,9 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax import main as bertjax_main
+from bertjax.cli import main as bertjax_main
 from bertjax.retrieval import approximate, exact, index, metrics
-from bertjax.retrieval import cli
+from bertjax.cli import index as cli
 from bertjax.retrieval.fingerprint import fingerprint
 from bertjax.retrieval.rerank import CrossEncoder
 from retrieval_pairs import cross_encoder_pairs, sentence_passages, write_jsonl, write_pairs
@@ -159,7 +159,7 @@ def cross_encoder_run(wiki, tmp_path_factory) -> str:
                 "data.eval": wiki["pairs"], "data.text_column": "query",
                 "data.text_pair_column": "passage", "data.label_column": "label",
                 "data.max_seq_len": 128}
-    argv = ["bertjax.main", f"--config={REPO}/configs/finetune_pair.py", f"--workdir={workdir}"]
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/finetune_pair.py", f"--workdir={workdir}"]
     assert bertjax_main.main(argv + [f"--config.{k}={v}" for k, v in settings.items()]) == 0
     return workdir
 

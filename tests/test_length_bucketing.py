@@ -10,7 +10,11 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax import length_buckets, loading, main
+from bertjax.core import length_buckets
+
+from bertjax.inference import loading
+
+from bertjax.cli import main
 from bertjax.finetune import evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches
 from bertjax.finetune.tasks import TaskSettings, make_task
@@ -164,7 +168,7 @@ def test_bucketed_evaluation_equals_uncut(name, minilm_dir, demo_articles):
 def test_a_fine_tuning_run_compiles_a_step_per_bucket_and_pads_less(tmp_path, capsys,
                                                                      minilm_dir):
     workdir = str(tmp_path / "wd")
-    argv = ["bertjax.main", f"--config={REPO}/configs/finetune_sentiment.py",
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
             f"--workdir={workdir}", "--config.model.preset=tiny",
             f"--config.data.tokenizer={minilm_dir}",
             "--config.data.max_train_examples=256", "--config.data.max_eval_examples=64",

@@ -13,7 +13,7 @@ from scipy import stats
 from bertjax.data.masking import Masker
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 STRATEGIES = ("token", "whole_word", "span")
 

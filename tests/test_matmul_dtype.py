@@ -7,7 +7,7 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax import main
+from bertjax.cli import main
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
 
@@ -87,7 +87,7 @@ def test_gradients_flow_in_fp32_params():
 
 def test_an_unknown_matmul_dtype_is_refused_in_one_line(tmp_path, capsys):
     workdir = tmp_path / "run"
-    argv = ["bertjax.main", "--config=configs/tiny.py", f"--workdir={workdir}",
+    argv = ["bertjax.cli.main", "--config=configs/tiny.py", f"--workdir={workdir}",
             "--config.model.matmul_dtype=int8"]
     assert main.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.parallel import mesh as mesh_lib
 from bertjax.parallel import partitioning
 

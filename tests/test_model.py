@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.interop import hf_layout
 from bertjax.model.config import EncoderConfig, preset
 from bertjax.model.encoder import Encoder, attention, explicit_attention

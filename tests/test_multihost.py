@@ -25,8 +25,8 @@ import time
 import numpy as np
 import pytest
 
-from bertjax import loading
-from bertjax.errors import UserError
+from bertjax.inference import loading
+from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.parallel import distributed
 from bertjax.train.metrics_log import read_metrics
@@ -68,8 +68,8 @@ CHILD = textwrap.dedent("""
             return result
         return run(state, batches, step_fn=counting_step, start_step=start_step, **kwargs)
     loop.run = run_and_maybe_sigterm
-    from bertjax import main
-    sys.exit(main.main(["bertjax.main", *sys.argv[1:]]))
+    from bertjax.cli import main
+    sys.exit(main.main(["bertjax.cli.main", *sys.argv[1:]]))
 """)
 
 
@@ -313,11 +313,11 @@ def test_one_process_runs_process_zero_work_itself_and_needs_no_agreement(tmp_pa
 # (kept by process 0) belongs to another model.
 THREE_REFUSALS = textwrap.dedent("""
     import os, sys
-    from bertjax import main
+    from bertjax.cli import main
     index, root, text, args = os.environ["JAX_PROCESS_ID"], sys.argv[1], sys.argv[2], sys.argv[3:]
     for workdir, source in ((f"{root}/host-{index}", text),
                             (f"{root}/shared", f"{root}/missing.txt"), (f"{root}/shared-2", text)):
-        code = main.main(["bertjax.main", *args, f"--workdir={workdir}",
+        code = main.main(["bertjax.cli.main", *args, f"--workdir={workdir}",
                           f"--config.data.input={source}",
                           f"--config.data.prepared={workdir}/data"])
         print("exit", code, flush=True)

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.train.optimizer import (OptimizerConfig, applied_learning_rate, decay_mask,
                                      make_optimizer, make_schedule)
 

@@ -11,13 +11,15 @@ import time
 import numpy as np
 import pytest
 
-from bertjax.data import corpus, prepare as prepare_cli, shard_writing
+from bertjax.data import corpus, shard_writing
+
+from bertjax.cli import prepare as prepare_cli
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.preparation_engine import prepare
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.data.tokenizer_training import build_tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 SLICE_DOCUMENTS = 40
 PY = sys.executable

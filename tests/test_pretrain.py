@@ -13,8 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from bertjax import loading
-from bertjax import main
+from bertjax.inference import loading
+from bertjax.cli import main
 from bertjax.interop import params_dir
 from bertjax.train.metrics_log import read_metrics
 from pretrain_runs import CHILD, child_env, run_child, tiny_args

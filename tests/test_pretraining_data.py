@@ -19,12 +19,12 @@ from bertjax.data.chunk_permutation import Permutation
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.examples import greedy_boundaries, trimmed_lengths
-from bertjax.data.inspect import batch_statistics, describe_batch
+from bertjax.cli.inspect import batch_statistics, describe_batch
 from bertjax.data.length_schedule import LengthSchedule, Phase
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = {"input_ids", "segment_ids", "input_mask", "masked_positions", "masked_ids",

@@ -1,5 +1,5 @@
 """Dual-encoder retrieval fine-tuning on real Wikipedia pairs (a sentence taken out of a paragraph
--> the rest of the paragraph, `bertjax.retrieval.wiki_pairs`): the builder's files, the in-batch
+-> the rest of the paragraph, `bertjax.finetune.wiki_pairs`): the builder's files, the in-batch
 objective, a tiny from-scratch model that learns to retrieve, separate encoders, `bertjax.load`
 on the result, and bad input.
 """
@@ -14,14 +14,17 @@ import numpy as np
 import pytest
 
 import bertjax
-from bertjax import loading, main
-from bertjax.data import packaged, wikitext
+from bertjax.inference import loading
+from bertjax.cli import main
+from bertjax.data import wikitext
+from bertjax.core import packaged
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.finetune import features as feats
 from bertjax.finetune import objectives, readers
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.finetune.tasks.retrieval import text_key
-from bertjax.retrieval import exact, metrics, wiki_pairs
+from bertjax.retrieval import exact, metrics
+from bertjax.finetune import wiki_pairs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ("train", "dev", "test")
@@ -32,7 +35,7 @@ TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dr
 
 
 def finetune(workdir: str, **settings) -> int:
-    argv = ["bertjax.main", f"--config={REPO}/configs/finetune_retrieval.py",
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/finetune_retrieval.py",
             f"--workdir={workdir}"]
     return main.main(argv + [f"--config.{k}={v}" for k, v in {**TINY, **settings}.items()])
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import partitioning

@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 from bertjax.data import demo_corpus, sources, wikitext
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.data.sources import SourceStats, iter_documents
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 SENTENCES_TEXT = "First sentence.\nSecond one.\n\n  \nThird, new document.\n\n\nFourth.\n"
 SENTENCES_DOCS = [["First sentence.", "Second one."], ["Third, new document."], ["Fourth."]]

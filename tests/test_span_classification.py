@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax import api
+from bertjax.inference import api
 from bertjax.data.tokenizer import WordPieceTokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import readers, spans
 from bertjax.finetune.datasets import entity_spans
 from bertjax.model import span_heads

@@ -14,7 +14,7 @@ from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.tokenizer import (SPECIAL_TOKENS, SentencePieceTokenizer, WordPieceTokenizer,
                                     load_tokenizer)
 from bertjax.data.tokenizer_training import train_sentencepiece, train_wordpiece
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 HARD_CASES = [
     "Héllo, wörld! Ça va? Crème brûlée, naïve façade, Ångström, Øresund, İstanbul.",

@@ -22,7 +22,7 @@ import torch
 from transformers import (BertConfig, BertForPreTraining, BertForSequenceClassification,
                           Trainer, TrainingArguments, get_linear_schedule_with_warmup)
 
-from bertjax import loading
+from bertjax.inference import loading
 from bertjax.finetune.tasks import TaskSettings
 from bertjax.finetune.tasks.sentence import Classification
 from bertjax.interop import hf_bert_config, hf_layout

@@ -12,10 +12,11 @@ import pytest
 
 import bertjax
 from bertjax import wsd
-from bertjax.data import wordnet
+from bertjax.cli import wsd as wsd_cli
+from bertjax.wsd import wordnet
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.data.wordnet import Example, Sense
-from bertjax.errors import UserError
+from bertjax.wsd.wordnet import Example, Sense
+from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
@@ -151,17 +152,17 @@ def test_a_sense_index_is_deterministic_and_survives_saving(tiny_models, tmp_pat
 
 def run_cli(capsys, *argv):
     with pytest.raises(SystemExit) as exited:
-        wsd.main(list(argv))
+        wsd_cli.main(list(argv))
     out = capsys.readouterr()
     return exited.value.code, out.out, out.err
 
 
 def test_the_command_line_fits_predicts_and_refuses_bad_input(tiny_models, tmp_path, capsys):
     output = str(tmp_path / "index")
-    wsd.main(["fit", "--model", tiny_models[0], "--output", output, "--lemmas", "3"])
+    wsd_cli.main(["fit", "--model", tiny_models[0], "--output", output, "--lemmas", "3"])
     assert "3 lemmas" in capsys.readouterr().out
     lemma = wsd.read_info(output)["senses"][0]["lemma"]
-    wsd.main(["predict", "--index", output, "--sentence", f"Now the {lemma}s are here.",
+    wsd_cli.main(["predict", "--index", output, "--sentence", f"Now the {lemma}s are here.",
               "--word", lemma])
     best = capsys.readouterr().out.splitlines()[0]
     assert best.startswith(f"{lemma}.") and len(best.split("\t")) == 3

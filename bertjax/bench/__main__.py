@@ -1,9 +1,9 @@
-import sys
+"""`python -m bertjax.bench`: a documented command name; the command is `bertjax.cli.bench`.
 
-from bertjax import host_memory
+It runs that module as the program (runpy), so keeping the name adds no import from this layer
+to the command-line layer."""
 
-host_memory.reexec_with_huge_pages()  # before JAX or torch is imported
+import runpy
 
-from bertjax.bench.cli import main  # noqa: E402
-
-sys.exit(main())
+if __name__ == "__main__":
+    runpy.run_module("bertjax.cli.bench", run_name="__main__", alter_sys=True)

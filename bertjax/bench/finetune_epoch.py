@@ -22,11 +22,11 @@ import time
 import jax
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune.batches import EpochBatches
 from bertjax.finetune.distillation import task_objective
 from bertjax.finetune import length_bucketing
-from bertjax.finetune.task_data import read_task_data
+from bertjax.jobs.task_data import read_task_data
 from bertjax.jobs.finetune import starting_point
 from bertjax.jobs.finetune_run import batch_shapes
 from bertjax.parallel import partitioning

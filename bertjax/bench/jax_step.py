@@ -18,7 +18,7 @@ import numpy as np
 from bertjax.bench.flops import StepFlops, train_step_flops, xla_flops
 from bertjax.data import schema
 from bertjax.data.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import partitioning

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bertjax.data.length_schedule import Phase
-from bertjax.errors import UserError, check_int
+from bertjax.core.errors import UserError, check_int
 
 if TYPE_CHECKING:  # pretraining.py imports this module
     from bertjax.data.pretraining import BatchBuilder, PretrainingData

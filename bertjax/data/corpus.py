@@ -23,10 +23,10 @@ from typing import Sequence
 
 import numpy as np
 
-from bertjax import atomic_files
+from bertjax.core import atomic_files
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
-from bertjax.errors import UserError
-from bertjax.file_modes import publish
+from bertjax.core.errors import UserError
+from bertjax.core.file_modes import publish
 
 FORMAT = "bertjax-corpus"
 VERSION = 1

@@ -13,10 +13,10 @@ import argparse
 import os
 import sys
 
-from bertjax import atomic_files
-from bertjax.data import packaged
+from bertjax.core import atomic_files
+from bertjax.core import packaged
 from bertjax.data.sources import SourceStats, iter_documents
-from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
 
 DEMO_FILE = os.path.join("demo", "wiki.txt")
 

@@ -26,7 +26,7 @@ import numpy as np
 from bertjax.data.chunk_permutation import Permutation
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.tokenizer import SpecialIds
-from bertjax.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice
 
 MODES = ("nsp", "full_sentences")
 MIN_SEQ_LEN = 5  # [CLS] A [SEP] B [SEP] with one token on each side

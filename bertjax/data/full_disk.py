@@ -7,7 +7,7 @@ import errno
 import shutil
 from typing import Iterator
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 
 @contextlib.contextmanager

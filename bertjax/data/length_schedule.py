@@ -7,7 +7,7 @@ import bisect
 import dataclasses
 
 from bertjax.data.examples import MIN_SEQ_LEN
-from bertjax.errors import UserError, check_int
+from bertjax.core.errors import UserError, check_int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ import numpy as np
 from bertjax.data import schema
 from bertjax.data.masking_config import MaskingConfig, is_int
 from bertjax.data.word_selection import Spans, WordSelection
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 
 class _Selection(NamedTuple):

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from bertjax.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice
 
 STRATEGIES = ("token", "whole_word", "span")
 RANDOM_TOKEN_SOURCES = ("uniform", "unigram")

@@ -20,14 +20,14 @@ from typing import Callable, Sequence
 
 from bertjax.data import corpus
 from bertjax.data.full_disk import full_disk_reported
-from bertjax.atomic_files import write_json
+from bertjax.core.atomic_files import write_json
 from bertjax.data.preparation_plan import PLAN, exclusive_output, make_plan
 from bertjax.data.shard_writing import write_shards
 from bertjax.data.sources import (DEFAULT_MAX_LINE_CHARS, FORMATS, SourceStats, is_tfds,
                                   iter_documents, resolve_inputs)
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import UserError
-from bertjax.file_modes import publish
+from bertjax.core.errors import UserError
+from bertjax.core.file_modes import publish
 
 DEFAULT_DOCUMENTS_PER_SHARD = 10_000
 

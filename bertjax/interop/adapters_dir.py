@@ -8,7 +8,7 @@
                         also the LayerNorms), the task head, any encoder part initialized fresh
     DIR/tokenizer/      the vocabulary
 
-`combine` puts them back on the base's encoder (read by `bertjax.loading` like any model: the
+`combine` puts them back on the base's encoder (read by `bertjax.inference.loading` like any model: the
 base is the recorded path unless another is named) and refuses a base whose weights are not, bit
 for bit, those the run was trained on: the frozen weights of the run itself fingerprint the base.
 """
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.model import adaptation, layout
 from bertjax.model.config import EncoderConfig

@@ -17,7 +17,7 @@ from typing import Mapping
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.interop import hf_bert_config, hf_layout
 from bertjax.interop.hf_models import HFModel
 from bertjax.model.config import EncoderConfig

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 CONFIG = "config.json"
 SAFETENSORS = "model.safetensors"

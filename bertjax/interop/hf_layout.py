@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 
 Tree = dict[str, Any]

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from bertjax.data.schema import zeros_batch
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.interop import hf_bert_config, hf_layout
 from bertjax.model.config import EncoderConfig
 

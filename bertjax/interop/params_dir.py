@@ -1,4 +1,4 @@
-"""Parameters without optimizer state: the params-only export format (read by `bertjax.loading`).
+"""Parameters without optimizer state: the params-only export format (read by `bertjax.inference.loading`).
 
     DIR/bertjax.json    {"format": "bertjax-params", "model": EncoderConfig fields, "heads": {...},
                          "source": ..., "step": ...}
@@ -19,8 +19,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bertjax.errors import UserError
-from bertjax.interop import output_dir
+from bertjax.core.errors import UserError
+from bertjax.core import output_dir
 from bertjax.model.config import EncoderConfig
 
 FORMAT = "bertjax-params"

@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import optax
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.parallel import partitioning
 from bertjax.train import loop
 from bertjax.train.checkpoint import Checkpointer

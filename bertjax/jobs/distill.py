@@ -25,12 +25,12 @@ import jax
 import numpy as np
 import optax
 
-from bertjax import loading
-from bertjax.errors import UserError
+from bertjax.inference import loading
+from bertjax.core.errors import UserError
 from bertjax.finetune import features as feats
 from bertjax.finetune.batches import process_share
 from bertjax.finetune.distillation import TEACHER_LOGITS
-from bertjax.finetune.task_data import TaskData, read_task_data
+from bertjax.jobs.task_data import TaskData, read_task_data
 from bertjax.jobs.finetune import StartingPoint, starting_point
 from bertjax.model import layout
 from bertjax.parallel import partitioning

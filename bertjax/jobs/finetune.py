@@ -6,7 +6,7 @@ as pretraining (with the task's objective) -> evaluation and a checkpoint at eve
 
 The workdir keeps two checkpoints while training, the latest (to resume: the same command again
 continues exactly, batch order included) and the best on the dev set; when the run finishes, only
-the best is left, so it is also the workdir's latest (what `bertjax.export` takes by default).
+the best is left, so it is also the workdir's latest (what `bertjax.cli.export` takes by default).
 
     DIR/metrics.jsonl   step, loss, learning_rate, tokens_per_sec ...; eval_* at epoch ends
     DIR/results.json    main metric, best_step (its checkpoint is kept), per-epoch history
@@ -25,12 +25,12 @@ import sys
 
 import jax
 
-from bertjax import loading
-from bertjax.atomic_files import write_json
+from bertjax.inference import loading
+from bertjax.core.atomic_files import write_json
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import evaluation
-from bertjax.finetune.task_data import TaskData, read_task_data
+from bertjax.jobs.task_data import TaskData, read_task_data
 from bertjax.jobs import common
 from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.jobs.run_directory import RunDirectory

@@ -12,7 +12,7 @@ import time
 import jax
 import numpy as np
 
-from bertjax.atomic_files import write_json
+from bertjax.core.atomic_files import write_json
 from bertjax.finetune import distillation, evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches, process_share
 from bertjax.model import adaptation, prompting

@@ -22,9 +22,11 @@ import sys
 import jax
 import optax
 
-from bertjax import length_buckets, loading
-from bertjax.atomic_files import write_text
-from bertjax.errors import UserError
+from bertjax.core import length_buckets
+
+from bertjax.inference import loading
+from bertjax.core.atomic_files import write_text
+from bertjax.core.errors import UserError
 from bertjax.finetune import evaluation, readers
 from bertjax.finetune.batches import process_share
 from bertjax.finetune.tasks import TaskSettings, make_task, task_class

@@ -12,9 +12,9 @@ import sys
 
 import jax
 
-from bertjax import loading
+from bertjax.inference import loading
 from bertjax.data.schema import abstract_batch
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.jobs import common, pretraining_data, pretraining_model
 from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import distributed, partitioning

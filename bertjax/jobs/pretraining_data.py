@@ -8,7 +8,7 @@ import os
 from bertjax.data import corpus, preparation_engine, tokenizer_training
 from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.settings.pretrain import PretrainSettings
 
 

@@ -16,8 +16,8 @@ import tempfile
 
 import jax
 
-from bertjax import loading
-from bertjax.errors import UserError
+from bertjax.inference import loading
+from bertjax.core.errors import UserError
 from bertjax.train.workdir_lock import WorkdirLock
 
 RUN_RECORD = loading.RUN_RECORD
@@ -66,7 +66,7 @@ class RunDirectory:
         merged = {**self.stored, **compared, **info}
         if merged == self.stored:
             return
-        from bertjax.atomic_files import write_json
+        from bertjax.core.atomic_files import write_json
 
         write_json(os.path.join(self.path, RUN_RECORD), merged, sort_keys=True)
         self.stored = merged

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertjax.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice
 
 REMAT_POLICIES = ("none", "full", "save_dots")
 DTYPES = ("float32", "bfloat16", "float16")

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax import pooling as poolings
+from bertjax.model import pooling as poolings
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 

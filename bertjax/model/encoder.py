@@ -20,7 +20,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model import adaptation, low_precision_matmul
 from bertjax.model.config import EncoderConfig
 

@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.errors import check_choice
+from bertjax.core.errors import check_choice
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import kernel_init, zeros_init
 from bertjax.model.task_heads import MASKED_LOGIT, _encode, _head

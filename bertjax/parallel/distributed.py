@@ -28,7 +28,7 @@ from typing import Callable, TypeVar
 import jax
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 _T = TypeVar("_T")
 _TEXT_BYTES = 2048  # longest message shared between processes

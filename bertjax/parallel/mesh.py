@@ -11,7 +11,7 @@ from typing import Sequence
 import jax
 from jax.sharding import AxisType, Mesh
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 AXES = ("data", "fsdp", "tensor")
 

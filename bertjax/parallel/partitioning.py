@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 LogicalRules = Sequence[tuple[str, Any]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.retrieval import metrics
 from bertjax.retrieval.bm25 import Bm25
 from bertjax.retrieval.index import Index, embed_queries

@@ -22,10 +22,10 @@ import sys
 
 import numpy as np
 
-from bertjax import atomic_files
-from bertjax.errors import UserError, check_choice
-from bertjax.interop import output_dir
-from bertjax.pooling import POOLINGS
+from bertjax.core import atomic_files
+from bertjax.core.errors import UserError, check_choice
+from bertjax.core import output_dir
+from bertjax.model.pooling import POOLINGS
 from bertjax.retrieval import approximate, exact
 from bertjax.retrieval.fingerprint import fingerprint
 from bertjax.retrieval.inputs import Document, read_corpus
@@ -137,7 +137,7 @@ def open_index(path: str) -> Index:
     if not os.path.isfile(manifest_path):
         raise UserError(f"{path} is not a bertjax index (no {MANIFEST}); build one with "
                         "`python -m bertjax.index build`")
-    from bertjax.loading import read_json
+    from bertjax.inference.loading import read_json
 
     manifest = read_json(manifest_path)
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 
 class CrossEncoder:

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.retrieval import approximate, exact
 from bertjax.retrieval.index import Index
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.settings import finetune, pretrain
 from bertjax.settings.finetune import FinetuneSettings
 from bertjax.settings.pretrain import PretrainSettings

@@ -7,7 +7,7 @@ import dataclasses
 
 import ml_collections
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 
 DEFAULTS = dict(generator_hidden_size=0, generator_num_layers=0, generator_num_heads=0,

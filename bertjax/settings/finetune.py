@@ -8,8 +8,8 @@ import math
 
 import ml_collections
 
-from bertjax import length_buckets
-from bertjax.errors import UserError
+from bertjax.core import length_buckets
+from bertjax.core.errors import UserError
 from bertjax.finetune import cloze, distillation, methods
 from bertjax.finetune.distillation import DistillSettings
 from bertjax.finetune.methods import MethodSettings

@@ -10,7 +10,7 @@ import ml_collections
 
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.settings import electra
 from bertjax.settings.shared import (MeshSettings, ModelSpec, fields_of, mesh_settings,
                                      model_spec)

@@ -7,7 +7,7 @@ import dataclasses
 
 import ml_collections
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig, preset
 
 # model.preset value that takes the shape and vocabulary from config.init_checkpoint.

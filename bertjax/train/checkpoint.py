@@ -27,7 +27,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.train import checkpoint_faults as faults
 from bertjax.train.checkpoint_faults import CheckpointWriteError  # noqa: F401 (re-exported)
 from bertjax.train.metrics_log import NonFiniteLossError

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 UNREADABLE_SUFFIX = ".unreadable"
 DIVERGED_SUFFIX = ".diverged"

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import jax
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 
 def memory_report(compiled: Any) -> dict[str, int]:

@@ -11,7 +11,7 @@ import math
 import os
 from typing import Iterable, Mapping
 
-from bertjax import atomic_files
+from bertjax.core import atomic_files
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"

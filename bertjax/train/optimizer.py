@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bertjax.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice
 
 OPTIMIZERS = ("adamw", "lamb")
 DECAYS = ("linear", "cosine", "constant")

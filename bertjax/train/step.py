@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.parallel import partitioning
 from bertjax.train import freezing, objectives
 from bertjax.train.optimizer import applied_learning_rate

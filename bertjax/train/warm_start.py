@@ -1,5 +1,5 @@
 """Starting a run from another checkpoint's parameters (`config.init_checkpoint`): any kind that
-`bertjax.loading` reads (a pretraining or fine-tuning workdir, a params export, a Hugging Face
+`bertjax.inference.loading` reads (a pretraining or fine-tuning workdir, a params export, a Hugging Face
 directory).
 
 Parameters are matched by '/'-joined path. Those the source lacks (a new task head) keep their
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model import adaptation, layout
 
 UNTRAINED_POOLER = "encoder/pooler"

@@ -23,7 +23,7 @@ import json
 import os
 import socket
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 LOCK_FILE = ".lock"
 

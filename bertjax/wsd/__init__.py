@@ -8,14 +8,13 @@ A sense's embedding is the mean contextual embedding (`Model.word_vectors`) of i
 sense's labelled examples; an occurrence gets the candidate sense whose embedding is nearest by
 cosine. The candidates for a word are the senses of the lemmas it can be a form of under WordNet's
 morphology, part of speech by part of speech ("banked" can only be the verb). The data are WordNet
-3.0's example sentences (`bertjax.data.wordnet`); `evaluate` holds out examples of each sense and
+3.0's example sentences (`bertjax.wsd.wordnet`); `evaluate` holds out examples of each sense and
 compares with the most-frequent-sense baseline: among the same candidates, the sense with the most
 training examples, ties going to WordNet's lower sense number. An index (DIR/wsd_index.json +
 DIR/sense_vectors.npz) records a digest of the encoder's parameters and refuses any other model.
 """
 
-from bertjax.wsd.cli import main
 from bertjax.wsd.evaluation import Evaluation, evaluate
 from bertjax.wsd.index import SenseIndex, model_digest, read_info
 
-__all__ = ["Evaluation", "SenseIndex", "evaluate", "main", "model_digest", "read_info"]
+__all__ = ["Evaluation", "SenseIndex", "evaluate", "model_digest", "read_info"]

@@ -1,5 +1,9 @@
-import sys
+"""`python -m bertjax.wsd`: a documented command name; the command is `bertjax.cli.wsd`.
 
-from bertjax.wsd.cli import main
+It runs that module as the program (runpy), so keeping the name adds no import from this layer
+to the command-line layer."""
 
-main(sys.argv[1:])
+import runpy
+
+if __name__ == "__main__":
+    runpy.run_module("bertjax.cli.wsd", run_name="__main__", alter_sys=True)

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bertjax.data import wordnet
+from bertjax.wsd import wordnet
 from bertjax.wsd.index import SenseIndex
 
 

@@ -15,10 +15,10 @@ from typing import Sequence
 
 import numpy as np
 
-from bertjax.data import wordnet
-from bertjax.data.wordnet import Example, Sense
-from bertjax.errors import UserError
-from bertjax.interop import output_dir
+from bertjax.wsd import wordnet
+from bertjax.wsd.wordnet import Example, Sense
+from bertjax.core.errors import UserError
+from bertjax.core import output_dir
 
 INFO_FILE = "wsd_index.json"
 VECTORS_FILE = "sense_vectors.npz"
@@ -169,7 +169,7 @@ class SenseIndex:
             if not os.path.exists(recorded["path"]):
                 raise UserError(f"the model {directory} was fitted with ({recorded['path']}) is "
                                 "gone; name a copy of it with --model")
-            from bertjax.api import load
+            from bertjax.inference.api import load
 
             model = load(recorded["path"])
         digest = model_digest(model)

@@ -56,14 +56,14 @@ def shared(tmp_path_factory, finished, small_corpus_dir):  # noqa: F811
              "files": files, "ft": str(root / "ft"), "params": str(root / "params"),
              "hf": str(root / "hf")}
     commands = [
-        ("bertjax.main", f"--config={paths['cfg']}/finetune_sentiment.py",
+        ("bertjax.cli.main", f"--config={paths['cfg']}/finetune_sentiment.py",
          f"--workdir={paths['ft']}", f"--config.init_checkpoint={finished}",
          f"--config.data.train={files}/train.tsv", f"--config.data.eval={files}/dev.tsv",
          "--config.data.max_seq_len=32", "--config.train.epochs=1",
          "--config.train.batch_size=8"),
-        ("bertjax.export", "--workdir", finished, "--format", "params", "--output",
+        ("bertjax.cli.export", "--workdir", finished, "--format", "params", "--output",
          paths["params"]),
-        ("bertjax.export", "--workdir", finished, "--format", "hf", "--output", paths["hf"]),
+        ("bertjax.cli.export", "--workdir", finished, "--format", "hf", "--output", paths["hf"]),
     ]
     with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:
         for done in pool.map(lambda args: run_cli(*args), commands):

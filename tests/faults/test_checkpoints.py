@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
 from bertjax.parallel.mesh import make_mesh
@@ -217,7 +217,7 @@ def test_keep_zero_or_none_keeps_every_checkpoint(tmp_path):
 FULL_DISK = textwrap.dedent("""
     import os, sys
     import jax, jax.numpy as jnp, numpy as np
-    from bertjax.errors import UserError
+    from bertjax.core.errors import UserError
     from bertjax.train.checkpoint import Checkpointer
     workdir = sys.argv[1]
     rng = np.random.default_rng(0)

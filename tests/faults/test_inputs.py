@@ -24,9 +24,11 @@ import numpy as np
 import optax
 import pytest
 
-from bertjax.data import corpus, inspect
+from bertjax.data import corpus
+
+from bertjax.cli import inspect
 from bertjax.data.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import readers
 from bertjax.finetune.readers import Source
 from bertjax.finetune.tasks import base as task_base

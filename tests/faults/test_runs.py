@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from bertjax import loading
+from bertjax.inference import loading
 from bertjax.train.metrics_log import read_metrics
 from pretrain_runs import CHILD, REPO, child_env, run_child, tiny_args
 
@@ -157,7 +157,7 @@ def test_a_refused_command_leaves_the_workdir_as_it_was(finished, small_corpus_d
     if config.startswith("finetune"):
         data = tmp_path / "x.tsv"
         data.write_text("sentence\tlabel\ngood\t1\nbad\t0\n")
-        args = ["bertjax.main", f"--config={REPO}/configs/{config}", f"--workdir={finished}",
+        args = ["bertjax.cli.main", f"--config={REPO}/configs/{config}", f"--workdir={finished}",
                 f"--config.init_checkpoint={finished}", f"--config.data.train={data}",
                 f"--config.data.eval={data}"]
     else:
@@ -192,7 +192,7 @@ def test_a_truncated_init_checkpoint_is_one_line_and_no_workdir(finished, small_
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "cannot read the checkpoint" in one_error_line(refused.stderr)
     assert not os.path.exists(workdir)
-    exported = run_cli("bertjax.export", "--workdir", source, "--format", "hf", "--output",
+    exported = run_cli("bertjax.cli.export", "--workdir", source, "--format", "hf", "--output",
                        str(tmp_path / "out"), "--overwrite")
     assert exported.returncode == 2
     assert "cannot read the checkpoint" in one_error_line(exported.stderr)
@@ -207,7 +207,7 @@ def test_a_corrupt_run_record_is_one_line_for_main_and_export(finished, small_co
     before = snapshot(workdir)
     resumed = run_child(tiny_args(workdir, small_corpus_dir, **{**SHORT, "train.steps": 8}))
     assert resumed.returncode == 2 and "run.json" in one_error_line(resumed.stderr)
-    exported = run_cli("bertjax.export", "--workdir", workdir, "--format", "params", "--output",
+    exported = run_cli("bertjax.cli.export", "--workdir", workdir, "--format", "params", "--output",
                        str(tmp_path / "out"))
     assert exported.returncode == 2 and "run.json" in one_error_line(exported.stderr)
     assert snapshot(workdir) == before

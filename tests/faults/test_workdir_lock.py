@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.train.workdir_lock import LOCK_FILE, WorkdirLock
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import check_choice
+from bertjax.core.errors import check_choice
 from bertjax.finetune.tasks.base import Task, TaskSettings
 from bertjax.finetune.tasks.cloze import ClozeClassification
 from bertjax.finetune.tasks.qa import QuestionAnswering

@@ -16,7 +16,7 @@ import flax.linen as nn
 import numpy as np
 
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice
 from bertjax.finetune.features import Features
 from bertjax.model.config import EncoderConfig
 from bertjax.model.span_heads import check_pooling

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import objectives
 from bertjax.finetune.features import Features, assemble
 from bertjax.finetune.readers import TextExample

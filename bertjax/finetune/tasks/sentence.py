@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import features as feats
 from bertjax.finetune import objectives, scoring
 from bertjax.finetune.readers import TextExample

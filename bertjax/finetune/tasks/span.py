@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import objectives, scoring, spans
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, checked_labels, ids_of
 from bertjax.finetune.tasks.sentence import _softmax

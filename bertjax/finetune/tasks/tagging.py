@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import features as feats
 from bertjax.finetune import objectives, scoring
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, ids_of

@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import zipfile
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 # The files this project uses, by purpose. Each: (requirement, path inside the archive,
 # path inside a nested archive or None, whether it is a source distribution).

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.finetune import readers
 from bertjax.finetune.tasks import Task, TaskSettings, make_task, task_class
 from bertjax.settings.finetune import FinetuneSettings

@@ -2,7 +2,7 @@
 
     a run's workdir      WORKDIR/run.json + WORKDIR/checkpoints/<step>/state (pretraining or
                          fine-tuning; a fine-tuning run with restarts is followed to its best)
-    a params export      DIR/bertjax.json + DIR/params + DIR/tokenizer (`bertjax.export`, `convert`)
+    a params export      DIR/bertjax.json + DIR/params + DIR/tokenizer (`bertjax.cli.export`, `convert`)
     an adapters export   the same files holding only what an adapter / LoRA run trained; the
                          base they adapt (recorded, or `base=`) is loaded under them
     a Hugging Face BERT  DIR/config.json + model.safetensors or pytorch_model.bin (+ vocab.txt),
@@ -20,7 +20,7 @@ import json
 import os
 from typing import Any
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 from bertjax.interop import adapters_dir, params_dir
 from bertjax.model.config import EncoderConfig
 

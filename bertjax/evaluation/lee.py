@@ -14,8 +14,8 @@ import dataclasses
 
 import numpy as np
 
-from bertjax.data import packaged
-from bertjax.errors import UserError
+from bertjax.core import packaged
+from bertjax.core.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

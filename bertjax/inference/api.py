@@ -8,8 +8,8 @@
     states = model.encode(["a sentence"], layers="all")[0].hidden                # [L+1, T, H]
     model.predict(["a great film"])                 # a fine-tuned run: its own head and labels
 
-Loading goes through `bertjax.loading` (the loader fine-tuning, export and predict use). Inputs are
-run in length buckets (`bertjax.length_buckets`) by functions jitted once per bucket shape, on one
+Loading goes through `bertjax.inference.loading` (the loader fine-tuning, export and predict use). Inputs are
+run in length buckets (`bertjax.core.length_buckets`) by functions jitted once per bucket shape, on one
 device or, given a mesh, with the parameters laid out by the same rules as training.
 """
 
@@ -25,11 +25,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bertjax import loading
-from bertjax import pooling as poolings
-from bertjax.errors import UserError
+from bertjax.inference import loading
+from bertjax.model import pooling as poolings
+from bertjax.core.errors import UserError
 from bertjax.finetune.features import assemble, truncate_pair
-from bertjax.length_buckets import Row, run_bucketed
+from bertjax.core.length_buckets import Row, run_bucketed
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder, gather_positions
 from bertjax.model.heads import MaskedLmHead
@@ -368,7 +368,7 @@ def load(path: str, *, step: int | None = None, batch_size: int = 32,
     """A model from a pretraining or fine-tuning workdir (latest checkpoint, or `step`; a
     fine-tuning run's best), a params export, an adapters export (on `base`, by default the base
     it records), or a Hugging Face BERT directory (converted in memory: nothing is written)."""
-    from bertjax import library_logs
+    from bertjax.core import library_logs
 
     library_logs.quiet_routine_library_logs()
     loaded = loading.load(path, _best_step(path) if step is None else step, base=base)

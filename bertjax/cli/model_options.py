@@ -1,11 +1,11 @@
 """The command-line options shared by the commands that run a loaded model over texts
-(`bertjax.embed`, `bertjax.evaluate similarity`): which model, which layers, batch and length."""
+(`bertjax.cli.embed`, `bertjax.cli.evaluate similarity`): which model, which layers, batch and length."""
 
 from __future__ import annotations
 
 import argparse
 
-from bertjax.errors import UserError
+from bertjax.core.errors import UserError
 
 
 def add_to(parser: argparse.ArgumentParser) -> None:

@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from typing import Iterator
 
-from bertjax.errors import UserError
-from bertjax.file_modes import publish
+from bertjax.core.errors import UserError
+from bertjax.core.file_modes import publish
 
 
 def check_target(directory: str, *, overwrite: bool, sources: tuple[str, ...] = ()) -> str:

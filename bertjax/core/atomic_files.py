@@ -14,7 +14,7 @@ import os
 import tempfile
 from typing import IO, Any, Iterator
 
-from bertjax.file_modes import current_umask
+from bertjax.core.file_modes import current_umask
 
 
 @contextlib.contextmanager

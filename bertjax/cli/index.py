@@ -25,9 +25,9 @@ import json
 import os
 import sys
 
-from bertjax import atomic_files
-from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
-from bertjax.library_logs import quiet_routine_library_logs
+from bertjax.core import atomic_files
+from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.core.library_logs import quiet_routine_library_logs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -203,3 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     quiet_routine_library_logs()
     {"build": _build, "search": _search, "evaluate": _evaluate}[args.command](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -6,9 +6,9 @@ import argparse
 import os
 import sys
 
-from bertjax.data import wordnet
-from bertjax.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
-from bertjax.interop import output_dir
+from bertjax.wsd import wordnet
+from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.core import output_dir
 from bertjax.wsd.evaluation import evaluate
 from bertjax.wsd.index import SenseIndex, layers_record
 
@@ -67,7 +67,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _load_model(args):
-    from bertjax.api import load
+    from bertjax.inference.api import load
 
     return load(args.model, batch_size=getattr(args, "batch_size", 32))
 
@@ -119,13 +119,17 @@ def _predict(args) -> None:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
-    from bertjax.library_logs import quiet_routine_library_logs
+    from bertjax.core.library_logs import quiet_routine_library_logs
 
     quiet_routine_library_logs()
     if getattr(args, "batch_size", 1) < 1:
         raise UserError(f"--batch-size must be positive, got {args.batch_size}")
     if args.model is not None:
-        from bertjax import loading
+        from bertjax.inference import loading
 
         loading.kind_of(args.model)  # "not a model" before WordNet is read
     {"evaluate": _evaluate, "fit": _fit, "predict": _predict}[args.command](args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

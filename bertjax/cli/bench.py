@@ -15,16 +15,22 @@ in the machine's load during the run falls on both alike.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # before JAX or torch is imported; a re-executed process redoes this
+    from bertjax.core import host_memory
+
+    host_memory.reexec_with_huge_pages()
+
 import argparse
 import math
 import os
 import statistics
-import sys
 import time
 from typing import Callable
 
-from bertjax import atomic_files
-from bertjax.errors import EXIT_BAD_INPUT, UserError, report
+from bertjax.core import atomic_files
+from bertjax.core.errors import EXIT_BAD_INPUT, UserError, report
 
 USAGE = ("python -m bertjax.bench --config=configs/base.py [--config.KEY=VALUE ...] "
          "[options]")
@@ -80,7 +86,7 @@ def parse_args(argv: list[str]):
                         "--config=FILE, its settings as --config.KEY=VALUE)")
     if options.json:
         _check_output(options.json)
-    from bertjax.main import parse_config
+    from bertjax.cli.main import parse_config
 
     config, _ = parse_config([argv[0], *rest])
     return options, config
@@ -269,3 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.json:
         atomic_files.write_json(options.json, result)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""`python -m bertjax.data.prepare`: prepares a corpus from the command line (the work itself is
+preparation_engine.py's).
+
+    python -m bertjax.data.prepare --input 'corpus/*.txt.gz' --format sentences --output DIR \
+        [--vocab vocab.txt | --train-vocab wordpiece --vocab-size 30522] [--workers 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bertjax.data import corpus
+from bertjax.data.preparation_engine import DEFAULT_DOCUMENTS_PER_SHARD, prepare
+from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, FORMATS
+from bertjax.data.tokenizer import Tokenizer, load_tokenizer
+from bertjax.data.tokenizer_training import TOKENIZER_KINDS, build_tokenizer
+from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+
+DEFAULT_VOCAB_SIZE = 30522
+
+
+def summary(manifest: dict, output_dir: str) -> str:
+    source = manifest.get("source", {})
+    skipped = source.get("skipped_lines", {})
+    skipped_text = ", ".join(f"{k}={v}" for k, v in skipped.items()) or "none"
+    return (f"prepared {output_dir}: {manifest['documents']} documents, {manifest['sentences']} "
+            f"sentences, {manifest['tokens']} tokens in {len(manifest['shards'])} shards, "
+            f"{manifest.get('tokens_per_sec', 0):.0f} tokens/s; skipped lines: {skipped_text}")
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bertjax.data.prepare",
+                                     description="Tokenizes a text corpus into shards, once.")
+    parser.add_argument("--input", required=True,
+                        help="files, directories or globs, comma-separated")
+    parser.add_argument("--format", default="sentences", choices=FORMATS)
+    parser.add_argument("--output", required=True, help="directory for the prepared corpus")
+    vocab = parser.add_mutually_exclusive_group()
+    vocab.add_argument("--vocab", help="vocab.txt, SentencePiece .model, or a tokenizer directory")
+    vocab.add_argument("--train-vocab", choices=TOKENIZER_KINDS, default="wordpiece",
+                       help="train this kind of tokenizer on the corpus (when --vocab is absent)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help=f"size of the vocabulary to train (default {DEFAULT_VOCAB_SIZE})")
+    parser.add_argument("--max-train-sentences", type=int, default=10_000_000)
+    parser.add_argument("--cased", action="store_true", help="keep case and accents")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--documents-per-shard", type=int, default=DEFAULT_DOCUMENTS_PER_SHARD)
+    parser.add_argument("--max-line-chars", type=int, default=DEFAULT_MAX_LINE_CHARS)
+    parser.add_argument("--no-progress", action="store_true")
+    parser.error = _one_line_error
+    return parser.parse_args(argv)
+
+
+def _one_line_error(message: str) -> None:
+    """argparse's errors, in the same one-line form as every other bad input."""
+    report(message)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]) -> Tokenizer:
+    if args.vocab:
+        return load_tokenizer(args.vocab, lowercase=False if args.cased else None)
+    saved = os.path.join(args.output, corpus.TOKENIZER_DIR)
+    if os.path.isdir(saved):
+        # Resuming or re-running: training again could give another vocabulary.
+        tokenizer = load_tokenizer(saved)
+        if tokenizer.kind != args.train_vocab or tokenizer.lowercase == args.cased:
+            raise UserError(f"{args.output} holds a {tokenizer.kind} tokenizer "
+                            f"({'uncased' if tokenizer.lowercase else 'cased'}) trained earlier; "
+                            "choose another output directory for another kind")
+        notes.append(f"using the tokenizer trained earlier in {saved}")
+        return tokenizer
+    return build_tokenizer(inputs, args.format, args.train_vocab, _vocab_size(args),
+                           lowercase=not args.cased, max_sentences=args.max_train_sentences,
+                           max_line_chars=args.max_line_chars)
+
+
+def _vocab_size(args: argparse.Namespace) -> int:
+    return DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    args = _parse_args(argv)
+    inputs = [spec.strip() for spec in args.input.split(",") if spec.strip()]
+    # Before a vocabulary is trained: an output prepared otherwise must not silently win.
+    notes = [f"bertjax: warning: {' '.join(warning.split())}" for warning in
+             corpus.check_prepared_matches(
+                 args.output, tokenizer_spec=args.vocab or "", vocab_size=_vocab_size(args),
+                 explicit=args.vocab_size is not None, lowercase=False if args.cased else None)]
+    tokenizer = _cli_tokenizer(args, inputs, notes)
+
+    def print_notes() -> None:  # once every refusal is decided: a refused command prints one line
+        for note in notes:
+            print(note, file=sys.stderr)
+
+    manifest = prepare(inputs, args.format, args.output, tokenizer,
+                       documents_per_shard=args.documents_per_shard, workers=args.workers,
+                       progress=not args.no_progress, max_line_chars=args.max_line_chars,
+                       on_start=print_notes)
+    print(summary(manifest, args.output))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
