@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 import tensorflow_datasets as tfds
 
-from bertjax.data import demo_corpus, sources, wikitext
+from bertjax.data import demo_corpus, inputs, sources, wikitext
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.data.sources import SourceStats, iter_documents
 from bertjax.core.errors import UserError
@@ -350,6 +350,4 @@ def test_line_length_limit_is_exact(tmp_path):
 
 
 def test_the_demo_corpus_is_an_input_name():
-    from bertjax.data.demo_corpus import demo_corpus_path
-
-    assert sources.resolve_inputs([sources.DEMO_INPUT]) == [demo_corpus_path()]
+    assert inputs.resolve_inputs([inputs.DEMO_INPUT]) == [demo_corpus.demo_corpus_path()]

@@ -7,6 +7,7 @@ entry points wrap their body in `exit_on_user_error`, which turns it into the on
 from __future__ import annotations
 
 import functools
+import numbers
 import sys
 from typing import Callable, Collection, TypeVar
 
@@ -34,9 +35,8 @@ def check_choice(setting: str, value: _V, choices: Collection, *, unknown: bool 
 
 def check_int(name: str, value, minimum: int, why: str = "") -> None:
     """Refuses anything but an integer (numpy's included, bool excluded) of at least `minimum`."""
-    import numpy as np  # here: the command-line error path stays free of numpy
-
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < minimum:
+    # numbers.Integral takes numpy's integers without importing numpy on the error path.
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
         raise UserError(f"{name} must be an integer of at least {minimum}{' ' + why if why else ''}"
                         f", got {value!r}")
 

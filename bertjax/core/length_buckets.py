@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 Row = tuple[np.ndarray, np.ndarray]  # (token ids, segment ids), unpadded
 
@@ -62,8 +63,6 @@ def run_bucketed(fn: Callable[[dict], Any], rows: Sequence[Row], *, batch_size: 
     show = progress if progress is not None else len(rows) >= 2048 and sys.stderr.isatty()
     bar = None
     if show:
-        from tqdm import tqdm
-
         bar = tqdm(total=len(rows), unit="text", file=sys.stderr, mininterval=1.0)
     for start in range(0, len(order), batch_size):
         chosen = order[start:start + batch_size]

@@ -1,5 +1,6 @@
-"""The background batch iterator over `PretrainingData`: batches built ahead in spawned worker
-processes, in order; checkpointable, its whole state being the next step."""
+"""The background batch iterator over a step-indexed batch source (`PretrainingData`): batches
+built ahead in spawned worker processes, in order; checkpointable, its whole state being the next
+step."""
 
 from __future__ import annotations
 
@@ -8,22 +9,37 @@ import concurrent.futures
 import multiprocessing
 import signal
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from bertjax.data.length_schedule import Phase
 from bertjax.core.errors import UserError, check_int
 
-if TYPE_CHECKING:  # pretraining.py imports this module
-    from bertjax.data.pretraining import BatchBuilder, PretrainingData
+
+class SliceBuilder(Protocol):
+    """Builds any slice of any batch; picklable, as it is sent to the worker processes."""
+
+    def build(self, phase: Phase, first: int, count: int) -> dict[str, np.ndarray]: ...
+
+
+class StepSlices(Protocol):
+    """What the iterator needs of the data: this process's slice of each step, and what a saved
+    state must match."""
+
+    workers: int
+    prefetch: int
+
+    def local_slice(self, step: int) -> tuple[Phase, int, int]: ...
+
+    def fingerprint(self) -> dict: ...
 
 
 # Worker processes receive the builder once, at start-up, and then only (phase, first, count).
-_worker_builder: BatchBuilder | None = None
+_worker_builder: SliceBuilder | None = None
 
 
-def _start_worker(builder: BatchBuilder) -> None:
+def _start_worker(builder: SliceBuilder) -> None:
     global _worker_builder
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _worker_builder = builder
@@ -45,7 +61,7 @@ class BatchIterator:
     threads can deadlock. workers=0 builds each batch in the caller.
     """
 
-    def __init__(self, data: PretrainingData, builder: BatchBuilder, start_step: int = 0):
+    def __init__(self, data: StepSlices, builder: SliceBuilder, start_step: int = 0):
         check_int("start_step", start_step, 0)
         self._data, self._builder = data, builder
         self._next_step = int(start_step)

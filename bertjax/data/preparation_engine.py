@@ -21,10 +21,11 @@ from typing import Callable, Sequence
 from bertjax.data import corpus
 from bertjax.data.full_disk import full_disk_reported
 from bertjax.core.atomic_files import write_json
+from bertjax.data.inputs import resolve_inputs
 from bertjax.data.preparation_plan import PLAN, exclusive_output, make_plan
 from bertjax.data.shard_writing import write_shards
 from bertjax.data.sources import (DEFAULT_MAX_LINE_CHARS, FORMATS, SourceStats, is_tfds,
-                                  iter_documents, resolve_inputs)
+                                  iter_documents)
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.core.errors import UserError
 from bertjax.core.file_modes import publish

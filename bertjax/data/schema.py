@@ -61,16 +61,6 @@ def pretraining_batch_spec(batch_size: int, seq_len: int, max_predictions: int, 
             for key, field in fields(nsp=nsp, span=span).items()}
 
 
-def abstract_batch(global_batch: int, seq_len: int, max_predictions: int, *, nsp: bool,
-                   span: bool, sharding=None) -> dict:
-    """The batch as abstract global arrays (`jax.ShapeDtypeStruct`), e.g. to compile a step."""
-    import jax
-
-    spec = pretraining_batch_spec(global_batch, seq_len, max_predictions, nsp=nsp, span=span)
-    return {key: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-            for key, (shape, dtype) in spec.items()}
-
-
 def zeros_batch(batch_size: int, seq_len: int, max_predictions: int, *, nsp: bool,
                 span: bool) -> dict[str, np.ndarray]:
     """A batch of zeros of the declared shapes, e.g. to initialize a model."""

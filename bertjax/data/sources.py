@@ -27,13 +27,12 @@ import os
 import re
 from typing import BinaryIO, Iterator, Sequence, TextIO
 
+from bertjax.data import wikitext
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.core.errors import UserError, check_choice
 
 FORMATS = ("sentences", "paragraphs", "mediawiki")
 TFDS_PREFIX = "tfds:"
-# The real Wikipedia sample the demo trains on, fetched from the package registry on first use.
-DEMO_INPUT = "demo:wikipedia"
 DEFAULT_MAX_LINE_CHARS = 1_000_000
 MAX_DOCUMENT_SENTENCES = 100_000
 _SNIFF_BYTES = 8192
@@ -79,10 +78,6 @@ def resolve_inputs(inputs: Sequence[str]) -> list[str]:
     for spec in inputs:
         if is_tfds(spec):
             resolved.append(spec)
-        elif spec == DEMO_INPUT:
-            from bertjax.data.demo_corpus import demo_corpus_path
-
-            resolved.append(demo_corpus_path())
         elif glob.has_magic(spec):
             matches = sorted(glob.glob(spec, recursive=True))
             if not matches:
@@ -175,8 +170,6 @@ def _file_documents(path: str, input_format: str, stats: SourceStats,
                     max_line_chars: int) -> Iterator[list[str]]:
     try:
         if input_format == "mediawiki":
-            from bertjax.data import wikitext
-
             with _open_binary(path) as stream:
                 for article in wikitext.iter_articles(stream, stats.skipped_pages, path):
                     yield from _cut([s for p in article.paragraphs for s in split_sentences(p)],
@@ -258,7 +251,7 @@ def _first_line(error: Exception) -> str:
 
 def _tfds_documents(spec: str, stats: SourceStats, data_dir: str | None,
                     feature: str) -> Iterator[list[str]]:
-    try:
+    try:  # deferred: tensorflow_datasets is heavy and optional (bertjax[tfds])
         import tensorflow_datasets as tfds
     except ImportError:
         raise UserError(f"reading {spec} needs tensorflow-datasets: "

@@ -14,6 +14,9 @@ import os
 from typing import Iterable, Sequence
 
 import numpy as np
+import sentencepiece as spm
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers
 
 from bertjax.core.errors import UserError
 
@@ -106,9 +109,6 @@ class WordPieceTokenizer(Tokenizer):
         self._build()
 
     def _build(self) -> None:
-        from tokenizers import Tokenizer as HFTokenizer
-        from tokenizers import decoders, models, normalizers, pre_tokenizers
-
         index = {token: i for i, token in enumerate(self._vocab)}
         tok = HFTokenizer(models.WordPiece(vocab=index, unk_token=UNK, max_input_chars_per_word=100))
         # strip_accents=None follows `lowercase`, exactly as BERT's BasicTokenizer does.
@@ -175,8 +175,6 @@ class SentencePieceTokenizer(Tokenizer):
         self._build()
 
     def _build(self) -> None:
-        import sentencepiece as spm
-
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(self._proto)

@@ -6,6 +6,11 @@ import io
 import itertools
 from typing import Iterable, Sequence
 
+import sentencepiece as spm
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+from bertjax.data.inputs import resolve_inputs
 from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, iter_documents
 from bertjax.data.tokenizer import (CLS, MASK, PAD, SEP, SPECIAL_TOKENS, UNK,
                                     SentencePieceTokenizer, Tokenizer, WordPieceTokenizer)
@@ -22,9 +27,6 @@ def _check_vocab_size(vocab_size: int) -> None:
 def train_wordpiece(texts: Iterable[str], vocab_size: int = 30522, lowercase: bool = True,
                     min_frequency: int = 2, limit_alphabet: int = 1000) -> WordPieceTokenizer:
     """Learns a WordPiece vocabulary; the special tokens take ids 0-4."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import models, normalizers, pre_tokenizers, trainers
-
     _check_vocab_size(vocab_size)
     tok = HFTokenizer(models.WordPiece(unk_token=UNK))
     tok.normalizer = normalizers.BertNormalizer(
@@ -49,8 +51,6 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int = 30522, lowercase
                         character_coverage: float = 0.9995,
                         max_sentences: int = 10_000_000) -> SentencePieceTokenizer:
     """Learns a unigram SentencePiece model; [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4."""
-    import sentencepiece as spm
-
     _check_vocab_size(vocab_size)
     lowered = (t.lower() if lowercase else t for t in texts)
     nonempty = (t for t in lowered if t.strip())
@@ -79,7 +79,7 @@ def build_tokenizer(inputs: Sequence[str], input_format: str, kind: str = "wordp
                         f"{', '.join(TOKENIZER_KINDS)}")
     if max_sentences < 1:
         raise UserError(f"max_sentences must be positive, got {max_sentences}")
-    documents = iter_documents(inputs, input_format, max_line_chars=max_line_chars)
+    documents = iter_documents(resolve_inputs(inputs), input_format, max_line_chars=max_line_chars)
     sentences = (sentence for document in documents for sentence in document)
     # Pull the first sentence here so an empty corpus raises UserError in Python, not mid-training.
     first = next(sentences)

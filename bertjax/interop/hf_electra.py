@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
+from flax.core import meta
 
 from bertjax.core.errors import UserError
 from bertjax.interop import hf_bert_config, hf_layout
@@ -62,8 +63,6 @@ def _linear(tree: Mapping, prefix: str) -> dict[str, np.ndarray]:
 
 def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> dict[str, HFModel]:
     """{"": the discriminator, GENERATOR_DIR: the generator}."""
-    from flax.core import meta
-
     params = meta.unbox(params)
     missing = [k for k in ("encoder", "generator", "generator_head", "discriminator_head")
                if k not in params]

@@ -20,6 +20,7 @@ import pickle
 from typing import Any
 
 import numpy as np
+from safetensors.numpy import load_file, save_file
 
 from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
 from bertjax.core.errors import UserError
@@ -70,8 +71,6 @@ def read_state_dict(hf_dir: str) -> dict[str, np.ndarray]:
 
 
 def _read_safetensors(path: str) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
     try:
         return load_file(path)  # bfloat16 comes back as ml_dtypes.bfloat16
     except Exception as e:  # SafetensorError for truncated or corrupt files, OSError
@@ -80,7 +79,7 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
 
 
 def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
-    try:
+    try:  # deferred: torch is heavy and optional (bertjax[hf]), needed only for pytorch_model.bin
         import torch
     except ImportError:
         raise UserError(f"{path} is a PyTorch file and reading it needs torch "
@@ -121,8 +120,6 @@ def _read_shards(index_path: str, reader) -> dict[str, np.ndarray]:
 
 def write_model(directory: str, config: dict, state_dict: dict[str, np.ndarray]) -> None:
     """config.json and model.safetensors (with the "pt" format tag transformers expects)."""
-    from safetensors.numpy import save_file
-
     with open(os.path.join(directory, CONFIG), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2, sort_keys=True)
     arrays = {name: np.ascontiguousarray(value) for name, value in state_dict.items()}

@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
+import ml_dtypes  # numpy has no bfloat16; jax's own dependency provides it
 import numpy as np
+from flax import traverse_util
+from flax.core import meta
 
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
@@ -105,8 +108,6 @@ def _lookup(tree: Mapping, path: tuple[str, ...]) -> Any:
 
 def _as_model_tree(params: Mapping) -> Mapping:
     """Accepts the model's params, its variables ({"params": ...}), or a bare Encoder's."""
-    from flax.core import meta  # only to unbox LogicallyPartitioned leaves; no jax math here
-
     params = meta.unbox(params)
     if set(params) == {"params"}:
         params = params["params"]
@@ -167,8 +168,6 @@ def from_hf_state_dict(state_dict: Mapping[str, Any], config: EncoderConfig, *,
         if key in given:
             raise UserError(f"the state dict names {key} twice (with and without 'bert.')")
         given[key] = (name, value)
-    from flax import traverse_util
-
     dtype = np.dtype(_numpy_dtype(config.param_dtype))
     found: dict[tuple[str, ...], np.ndarray] = {}
     stacked: dict[tuple[str, ...], list] = {}
@@ -247,7 +246,5 @@ def _tied_copies(given: Mapping[str, tuple[str, Any]]) -> set[str]:
 
 def _numpy_dtype(name: str):
     if name == "bfloat16":
-        import ml_dtypes  # numpy has no bfloat16; jax's own dependency provides it
-
         return ml_dtypes.bfloat16
     return name

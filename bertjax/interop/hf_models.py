@@ -20,12 +20,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import flax.linen as nn
+import jax
 import numpy as np
+from flax import traverse_util
 
 from bertjax.data.schema import zeros_batch
 from bertjax.core.errors import UserError
 from bertjax.interop import hf_bert_config, hf_layout
 from bertjax.model.config import EncoderConfig
+from bertjax.model.heads import BertForPretraining
 
 Tree = dict[str, Any]
 
@@ -180,12 +184,6 @@ def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
     (initializer_range), biases zero, LayerNorm scales one. Drawn on the host from the traced
     shapes: compiling the model's init would cost more than the whole import (seconds to tens of
     seconds on a CPU) for a few arrays."""
-    import flax.linen as nn
-    import jax
-    import numpy as np
-
-    from bertjax.model.heads import BertForPretraining
-
     # The parameters' shapes do not depend on the batch's: the smallest one will do.
     batch = zeros_batch(1, 2, 1, nsp=True, span=False)
     shapes = nn.meta.unbox(jax.eval_shape(
@@ -206,8 +204,6 @@ def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
 
 def _merge(fresh: Mapping, given: Mapping) -> Tree:
     """`fresh`'s tree, with `given`'s leaf wherever `given` has one."""
-    from flax import traverse_util
-
     given_leaves = traverse_util.flatten_dict(given)
     return traverse_util.unflatten_dict({path: given_leaves.get(path, leaf) for path, leaf
                                          in traverse_util.flatten_dict(fresh).items()})

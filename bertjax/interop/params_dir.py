@@ -51,6 +51,7 @@ def save(directory: str, params: Any, model: EncoderConfig, *, heads: dict, toke
 def read_tree(path: str, subtree: str | None = None) -> dict:
     """An Orbax PyTree checkpoint (or its `subtree`) as numpy arrays; a missing, truncated or
     otherwise damaged one is refused in one line."""
+    path = os.path.abspath(path)  # Orbax refuses a relative path (`bertjax.load("minilm")`)
     checkpointer = ocp.PyTreeCheckpointer()
     try:
         metadata = checkpointer.metadata(path).item_metadata

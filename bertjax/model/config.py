@@ -37,7 +37,7 @@ class EncoderConfig:
     # results and keeps every activation, GELU, softmax and LayerNorm in fp32. On a CPU with
     # AVX512-BF16 a BERT-base step runs faster so (1.7-2x fp32) than in fp32 or all-bf16, whose
     # element-wise work XLA's CPU backend widens and narrows again around every op; on the CPU
-    # the products' gradients go through model/low_precision_matmul.py (README "Speed").
+    # the products' gradients go through model/low_precision_matmul.py (docs/speed.md).
     matmul_dtype: str = ""
     # jax.nn.dot_product_attention's implementation when attention dropout is 0 (or at
     # inference): "" lets the backend choose (XLA on CPU and TPU); "cudnn" asks for cuDNN's fused

@@ -27,6 +27,9 @@ from typing import Callable, TypeVar
 
 import jax
 import numpy as np
+from jax._src import cloud_tpu_init  # no public equivalent of these two
+from jax._src import distributed as jax_distributed
+from jax.experimental import multihost_utils
 
 from bertjax.core.errors import UserError
 
@@ -75,8 +78,6 @@ def _inside_multi_task_slurm_step() -> bool:
 
 def _on_cloud_tpu_vm() -> bool:
     # Set by `import jax` when TPU chips and libtpu are present (no public equivalent).
-    from jax._src import cloud_tpu_init
-
     return bool(getattr(cloud_tpu_init, "running_in_cloud_tpu_vm", False))
 
 
@@ -140,8 +141,6 @@ def _share_text(text: str) -> str:
     buffer = np.zeros(_TEXT_BYTES + 1, np.int32)
     buffer[0] = len(data)
     buffer[1:1 + len(data)] = np.frombuffer(data, np.uint8)
-    from jax.experimental import multihost_utils
-
     shared = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
     return bytes(shared[1:1 + int(shared[0])].astype(np.uint8)).decode("utf-8", "replace")
 
@@ -176,8 +175,6 @@ def any_process(flag: bool) -> bool:
     """True on every process when `flag` is true on at least one (a collective)."""
     if not is_multi_process():
         return bool(flag)
-    from jax.experimental import multihost_utils
-
     return bool(np.any(multihost_utils.process_allgather(np.int32(bool(flag)))))
 
 
@@ -233,12 +230,10 @@ class PreemptionSync:
         os.kill(os.getpid(), signal.SIGTERM)
 
     def __enter__(self) -> "PreemptionSync":
-        from jax._src import distributed
-
         self._depth += 1
         if self._depth > 1:
             return self
-        if distributed.global_state.preemption_sync_manager is None:
+        if jax_distributed.global_state.preemption_sync_manager is None:
             raise UserError("a multi-process run needs JAX's preemption service to stop cleanly "
                             "on SIGTERM: do not set jax_enable_preemption_service=False")
         try:
@@ -255,8 +250,6 @@ class PreemptionSync:
 
     def should_stop(self, step: int) -> bool:
         """Called by every process after every step; True at the agreed stop step."""
-        from jax.experimental import multihost_utils
-
         if multihost_utils.reached_preemption_sync_point(step):
             self.signal_name = "a preemption notice (SIGTERM) to one of the processes"
             return True

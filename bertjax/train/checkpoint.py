@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from bertjax.core.errors import UserError
 from bertjax.train import checkpoint_faults as faults
@@ -276,8 +277,6 @@ def _agreed_failure(reason: str | None) -> str | None:
     """Every process must fall back together: one failed read makes the step unreadable for all."""
     if jax.process_count() == 1:
         return reason
-    from jax.experimental import multihost_utils
-
     failed = multihost_utils.process_allgather(np.int32(reason is not None))
     if reason is None and np.any(failed):
         return "unreadable on another process"
@@ -286,8 +285,6 @@ def _agreed_failure(reason: str | None) -> str | None:
 
 def _sync_processes(name: str) -> None:
     if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
         multihost_utils.sync_global_devices(name)
 
 

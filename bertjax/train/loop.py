@@ -14,6 +14,10 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
+from tqdm import tqdm
+
+from bertjax.parallel import distributed
+
 
 class Hook(Protocol):
     def __call__(self, step: int, state: Any, metrics: Any, *, final: bool) -> None: ...
@@ -89,8 +93,6 @@ class StopSource(Protocol):
 
 def default_stop_source() -> StopSource:
     """A StopRequest for one process; with several, a stop at a step they all agree on."""
-    from bertjax.parallel import distributed
-
     return distributed.PreemptionSync() if distributed.is_multi_process() else StopRequest()
 
 
@@ -137,8 +139,6 @@ class Progress:
         self._last = start_step
         self._started = time.perf_counter()
         if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
             self._bar = tqdm(total=total_steps, initial=start_step, unit="step", dynamic_ncols=True,
                              file=sys.stderr, mininterval=1.0, smoothing=0.1)
 

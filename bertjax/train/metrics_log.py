@@ -69,7 +69,9 @@ class MetricsWriter:
         if not enabled:
             return
         self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a", buffering=1)
-        from tensorboardX import SummaryWriter  # deferred: only process 0 writes events
+        # deferred: tensorboardX imports torch when it is installed (~3 s); only process 0
+        # writes events
+        from tensorboardX import SummaryWriter
 
         self._tb = SummaryWriter(os.path.join(workdir, TENSORBOARD_DIR), flush_secs=30)
 

@@ -14,10 +14,11 @@ def plot_curves(workdir: str, output: str | None = None) -> str | None:
     records = read_metrics(workdir)
     if not records:
         return None
+    # deferred: pyplot takes ~1 s to import, and only this end-of-run drawing needs it
     import matplotlib
 
     matplotlib.use("Agg")  # no display on training machines
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred with matplotlib, above
 
     accuracy_key = "mlm_accuracy" if any("mlm_accuracy" in r for r in records) else "accuracy"
     panels = [("loss", "loss"), (accuracy_key, accuracy_key.replace("_", " "))]
