@@ -1,7 +1,5 @@
-"""Document similarity against human judgements: the Lee et al. (2005) corpus (bertjax.evaluation.lee).
-
-    python -m bertjax.evaluate similarity --model PATH [--pooling mean [cls max last4_mean]]
-        [--layers all|-1|0,3,...] [--batch-size N] [--max-seq-len N]
+"""Document similarity against human judgements: the Lee et al. (2005) corpus (bertjax.evaluation.lee),
+scored by `python -m bertjax.evaluate similarity` (bertjax.cli.similarity).
 
 For each pooling, the model's cosine similarity of the two documents of every one of the 1,225
 pairs is correlated with the pair's mean human rating (Spearman, and Pearson for reference); a
@@ -11,17 +9,11 @@ than the model's limit (or --max-seq-len) are truncated, and counted.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 
 import numpy as np
 
-from bertjax.cli import model_options
-from bertjax.evaluation import lee
-from bertjax.core.errors import EXIT_BAD_INPUT, exit_on_user_error, report
-from bertjax.evaluation import correlation, tfidf
-from bertjax.model.pooling import POOLINGS
+from bertjax.evaluation import correlation, lee, tfidf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,32 +51,3 @@ def baseline_score(corpus: lee.LeeCorpus) -> Score:
     vectors, implementation = tfidf.vectors(corpus.documents)
     return score(f"TF-IDF cosine ({implementation})", pair_cosines(vectors, corpus.pairs),
                  corpus.ratings)
-
-
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bertjax.evaluate similarity",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pooling", nargs="+", choices=POOLINGS, default=["mean"],
-                        help="one or more poolings to score (default: mean)")
-    model_options.add_to(parser)
-    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
-    return parser.parse_args(argv)
-
-
-@exit_on_user_error
-def main(argv: list[str] | None = None) -> None:
-    args = _parse_args(argv)
-    layers = model_options.parse_layers(args.layers)
-    corpus = lee.load()
-    model = model_options.load_model(args)
-    poolings = list(dict.fromkeys(args.pooling))
-    scores, truncated = model_scores(model, corpus, poolings, layers)
-    scores.append(baseline_score(corpus))
-    print(f"Lee et al. (2005): {len(corpus.documents)} documents, {len(corpus.pairs)} pairs "
-          f"with mean human ratings; model {args.model} (layers {args.layers})")
-    width = max(len(s.method) for s in scores)
-    print(f"{'method':<{width}}  Spearman  Pearson")
-    for s in scores:
-        print(f"{s.method:<{width}}  {s.spearman:8.4f}  {s.pearson:7.4f}")
-    print(f"truncated: {truncated} of {len(corpus.documents)} documents to "
-          f"{model.max_seq_len} tokens")

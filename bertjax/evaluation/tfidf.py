@@ -18,7 +18,7 @@ _TOKEN = re.compile(r"(?u)\b\w\w+\b")  # TfidfVectorizer's default token_pattern
 
 def vectors(documents: Sequence[str]) -> tuple[np.ndarray, str]:
     """(unit-length TF-IDF rows [N, V], which implementation made them)."""
-    try:
+    try:  # deferred and optional: scikit-learn is heavy, and numpy computes the same vectors
         from sklearn.feature_extraction.text import TfidfVectorizer
     except ImportError:
         return numpy_vectors(documents), "numpy"

@@ -23,7 +23,7 @@ import numpy as np
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.core.errors import UserError
 from bertjax.finetune.features import Features, _pad, truncate_pair
-from bertjax.finetune.readers import TextExample
+from bertjax.finetune.examples import TextExample
 
 MASK, TEXT, PAIR = "[MASK]", "{text}", "{text_pair}"
 _PARTS = re.compile(r"(\[MASK\]|\{text\}|\{text_pair\})")

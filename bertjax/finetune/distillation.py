@@ -22,11 +22,11 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.core.errors import UserError
-from bertjax.finetune import objectives
+from bertjax.finetune import objectives, schema
+from bertjax.finetune.schema import TEACHER_LOGITS
 from bertjax.train.objectives import StepObjective
 from bertjax.train.step_metrics import LOSS_SUM, additive, name
 
-TEACHER_LOGITS = "teacher_logits"
 # The tasks a teacher's logits can be distilled from: the head's output is one distribution per
 # example or per token. (Regression has no distribution; QA's two softmaxes over a window's
 # positions would need per-window alignment of teacher and student rows.)
@@ -36,10 +36,13 @@ KL, CE = name("distill_kl", LOSS_SUM), name("distill_ce", LOSS_SUM)
 
 @dataclasses.dataclass(frozen=True)
 class DistillSettings:
-    teacher: str = ""  # a fine-tuned run (workdir or params export)
-    alpha: float = 0.5  # weight of the soft (teacher) term
-    temperature: float = 2.0
-    student_layers: int = 0  # K > 0: the student is the teacher's embeddings and first K layers
+    """The config's `distill` section (configs/distill.py gives its defaults), read and checked
+    against the task by bertjax.settings.distill."""
+
+    teacher: str  # a fine-tuned run (workdir or params export)
+    alpha: float  # weight of the soft (teacher) term
+    temperature: float
+    student_layers: int  # K > 0: the student is the teacher's embeddings and first K layers
 
     def __post_init__(self):
         if not 0.0 <= self.alpha <= 1.0:
@@ -49,38 +52,6 @@ class DistillSettings:
         if self.student_layers < 0:
             raise UserError(f"distill.student_layers must not be negative, got "
                             f"{self.student_layers}")
-
-
-def read(section, task: str, *, crf: bool, require_teacher: bool, init_checkpoint: str,
-         from_checkpoint: bool) -> DistillSettings | None:
-    """The config's `distill` block (None without one), checked against the task and against
-    where the student starts (the teacher's first K layers, or init_checkpoint / model.preset)."""
-    if section is None:
-        return None
-    s = DistillSettings(str(section.get("teacher", "")).strip(),
-                        float(section.get("alpha", 0.5)), float(section.get("temperature", 2.0)),
-                        int(section.get("student_layers", 0)))
-    if task not in TASKS:
-        raise UserError(f"distillation supports {', '.join(TASKS)}, not {task}")
-    if crf:
-        raise UserError("distillation reads per-token distributions; a CRF tagger's are not "
-                        "(set finetune.crf=false)")
-    if s.student_layers and init_checkpoint:
-        raise UserError(f"distill.student_layers={s.student_layers} starts the student from the "
-                        "teacher's layers; leave config.init_checkpoint empty (or set "
-                        "distill.student_layers=0 to start from it)")
-    if s.student_layers and not from_checkpoint:
-        raise UserError(f"distill.student_layers={s.student_layers} takes the student's shape "
-                        "from the teacher; leave model.preset=from_checkpoint (or set "
-                        "distill.student_layers=0 for a model.preset student)")
-    if not (s.student_layers or init_checkpoint or not from_checkpoint):
-        raise UserError("choose the student: distill.student_layers=K (the teacher's first K "
-                        "layers), a model.preset (trained from scratch on the teacher's "
-                        "vocabulary) or config.init_checkpoint")
-    if require_teacher and not s.teacher:
-        raise UserError("distillation needs the teacher: --config.distill.teacher=WORKDIR (a "
-                        "fine-tuned run)")
-    return s
 
 
 def kl_divergence(teacher_logits: jax.Array, student_logits: jax.Array) -> jax.Array:
@@ -127,3 +98,11 @@ def task_objective(task, settings: DistillSettings | None) -> StepObjective:
         return task.objective
     return objective(task.objective, tagging=task.kind == "tagged", alpha=settings.alpha,
                      temperature=settings.temperature)
+
+
+def with_teacher_logits(task, arrays: Mapping, logits) -> dict:
+    """The training rows' arrays with the teacher's logits beside them, checked against the
+    task's batch and the teacher's field (`finetune.schema`)."""
+    teacher = schema.TOKEN_TEACHER if task.kind == "tagged" else schema.TEACHER
+    return schema.conform({**arrays, TEACHER_LOGITS: logits}, {**task.batch, **teacher},
+                          task.optional_batch)

@@ -19,6 +19,7 @@ from jax.sharding import Mesh
 from bertjax.finetune import features as feats
 from bertjax.core import length_buckets
 from bertjax.finetune import length_bucketing
+from bertjax.finetune.schema import abstract_batch
 from bertjax.finetune.tasks import Task
 from bertjax.parallel import partitioning
 
@@ -77,8 +78,7 @@ class Evaluator:
         """Each output's shape for an uncut batch (None without buckets: nothing to pad)."""
         if self._lengths is None:
             return {key: None for key in keys}
-        batch = {k: jax.ShapeDtypeStruct((self._batch_size, *v.shape[1:]), v.dtype)
-                 for k, v in self.features.arrays.items()}
+        batch = abstract_batch(self.features.arrays, self._batch_size)
         shapes = jax.eval_shape(self._predict_step, params, batch)
         return {key: tuple(shapes[key].shape[1:]) for key in keys}
 

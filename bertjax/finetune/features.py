@@ -25,9 +25,10 @@ import dataclasses
 from typing import Sequence
 
 import numpy as np
+from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.finetune.readers import QAExample, TaggedExample, TextExample
+from bertjax.finetune.examples import QAExample, TaggedExample, TextExample
 
 Arrays = dict[str, np.ndarray]
 
@@ -154,8 +155,6 @@ def encode_tagged(tokenizer: Tokenizer, examples: Sequence[TaggedExample], max_s
 
 
 def context_words(context: str) -> list[tuple[str, tuple[int, int]]]:
-    from tokenizers.pre_tokenizers import BertPreTokenizer
-
     return BertPreTokenizer().pre_tokenize_str(context)
 
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from bertjax.finetune.features import Arrays
 from bertjax.core import length_buckets
-
-# Arrays whose second axis is the token axis (the others are per row).
-TOKEN_KEYS = ("input_ids", "segment_ids", "input_mask", "label_ids", "label_mask", "context_mask")
+from bertjax.finetune.features import Arrays
+from bertjax.finetune.schema import TOKEN_KEYS
 
 
 def row_lengths(arrays: Arrays) -> np.ndarray | None:

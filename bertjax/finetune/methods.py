@@ -9,7 +9,8 @@
                  encoder frozen; the head trains: the [CLS] classifier, or, given a verbalizer,
                  the MLM head scoring the template's [MASK] as in cloze
 
-The switch is read here once; the methods themselves live with the model and the trainer.
+The switch is read from the config by bertjax.settings.methods; the methods themselves live with
+the model and the trainer.
 """
 
 from __future__ import annotations
@@ -28,14 +29,16 @@ PARAMETER_EFFICIENT = ("adapter", "lora")  # modules added to a frozen pretraine
 
 @dataclasses.dataclass(frozen=True)
 class MethodSettings:
-    name: str = "full"
-    adapter_size: int = 64
-    lora_rank: int = 8
-    lora_alpha: float = 16.0
-    lora_dropout: float = 0.0
-    prompt_length: int = 20
-    template: str = "{text} It was [MASK]."
-    verbalizer: str = ""  # "label:word,label:word"
+    """The `finetune` section's method keys (configs/finetune_base.py gives their defaults)."""
+
+    name: str  # finetune.method
+    adapter_size: int
+    lora_rank: int
+    lora_alpha: float
+    lora_dropout: float
+    prompt_length: int
+    template: str
+    verbalizer: str  # "label:word,label:word"
 
     def __post_init__(self):
         check_choice("finetune.method", self.name, METHODS)
@@ -108,10 +111,3 @@ class MethodSettings:
         if not init_checkpoint:
             raise UserError(f"finetune.method={self.name} adapts a pretrained encoder and "
                             "freezes it: set config.init_checkpoint")
-
-
-def read(finetune_config) -> MethodSettings:
-    """MethodSettings from the config's `finetune` block (keys it lacks keep their defaults)."""
-    names = [field.name for field in dataclasses.fields(MethodSettings) if field.name != "name"]
-    given = {name: finetune_config[name] for name in names if name in finetune_config}
-    return MethodSettings(name=finetune_config.get("method", "full"), **given)

@@ -21,40 +21,16 @@ import sys
 from typing import Iterator
 
 from bertjax.core.errors import UserError
-from bertjax.finetune.squad import QAExample, read_squad  # noqa: F401  (QAExample: re-exported)
+from bertjax.data.sources import parse_tfds_spec
+from bertjax.finetune.conll import read_conll
+from bertjax.finetune.examples import PACKAGED_PREFIX, SpanExample, TextExample
+from bertjax.finetune.packaged import datasets
+from bertjax.finetune.squad import read_squad
 
 FORMATS = ("tsv", "csv", "jsonl", "conll", "squad")
 _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".conll": "conll",
                ".json": "squad"}
 TFDS_PREFIX = "tfds:"
-PACKAGED_PREFIX = "packaged:"
-
-
-@dataclasses.dataclass
-class TextExample:
-    id: str
-    text: str
-    text_pair: str | None = None
-    label: str | float | None = None
-    negative: str | None = None  # retrieval: a hard negative document
-
-
-@dataclasses.dataclass
-class TaggedExample:
-    id: str
-    words: list[str]
-    tags: list[str] | None = None
-
-
-@dataclasses.dataclass
-class SpanExample:
-    """A span of `text`, characters [start, end), and its label."""
-
-    id: str
-    text: str
-    start: int
-    end: int
-    label: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,8 +68,6 @@ def read(source: Source, kind: str) -> list:
     """Examples of `kind` ("text", "retrieval", "tagged", "qa" or "span") from `source`;
     UserError when empty."""
     if source.path.startswith(PACKAGED_PREFIX):
-        from bertjax.finetune import datasets
-
         examples = datasets.read_packaged(source.path, kind)
         if kind == "retrieval" and not source.columns.negative:
             examples = [dataclasses.replace(e, negative=None) for e in examples]
@@ -255,42 +229,6 @@ def _label(value, where: str, source: Source) -> str | float | None:
     return str(text)
 
 
-def read_conll(path: str, labeled: bool = True) -> list[TaggedExample]:
-    """CoNLL: one token a line with its tag in the LAST field (tab- or space-separated), a blank
-    line between sentences; -DOCSTART- lines are skipped. Unlabeled input: one token a line."""
-    examples: list[TaggedExample] = []
-    words: list[str] = []
-    tags: list[str] = []
-
-    def close() -> None:
-        if words:
-            examples.append(TaggedExample(str(len(examples)), list(words),
-                                          list(tags) if labeled else None))
-        words.clear()
-        tags.clear()
-
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            for number, line in enumerate(f, 1):
-                line = line.rstrip("\r\n")
-                fields = line.split("\t") if "\t" in line else line.split()
-                fields = [x.strip() for x in fields]
-                if not any(fields):
-                    close()
-                    continue
-                if fields[0] == "-DOCSTART-":
-                    continue
-                if labeled and (len(fields) < 2 or not fields[-1]):
-                    raise UserError(f"{path}:{number}: expected 'token<TAB>tag', the tag is "
-                                    "missing")
-                words.append(fields[0])
-                tags.append(fields[-1])
-    except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text: {e.reason}") from None
-    close()
-    return examples
-
-
 def label_order(source: Source) -> tuple[str, ...]:
     """The label order a source declares: a TFDS ClassLabel's names in index order (MRPC:
     not_equivalent, equivalent), which is kept rather than sorted; empty for files."""
@@ -318,13 +256,11 @@ def _read_tfds(source: Source, kind: str) -> list[TextExample]:
 
 
 def _tfds_data(source: Source):
-    try:
+    try:  # deferred: an optional, heavy dependency (bertjax[tfds]) only TFDS input needs
         import tensorflow_datasets as tfds
     except ImportError:
         raise UserError(f"reading {source.path} needs tensorflow-datasets: "
                         "pip install bertjax[tfds]") from None
-    from bertjax.data.sources import parse_tfds_spec
-
     name, split = parse_tfds_spec(source.path)
     if name.startswith("glue"):
         import tensorflow_datasets.text.glue  # noqa: F401  (registers the glue/* builders)

@@ -20,7 +20,7 @@ import numpy as np
 
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.finetune.features import Features, _pad, context_words
-from bertjax.finetune.readers import SpanExample
+from bertjax.finetune.examples import SpanExample
 
 Offsets = list[tuple[int, int]]
 BEYOND = "span(s) skipped: beyond max_seq_len"

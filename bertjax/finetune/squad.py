@@ -6,18 +6,10 @@ A file that does not have that shape is refused in one line naming the file and 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 from bertjax.core.errors import UserError
-
-
-@dataclasses.dataclass
-class QAExample:
-    id: str
-    question: str
-    context: str
-    answers: list[tuple[str, int]]  # (text, character offset in the context)
+from bertjax.finetune.examples import QAExample
 
 
 def read_squad(path: str, labeled: bool = True) -> list[QAExample]:

@@ -1,2 +1,3 @@
 """Using a trained encoder: the one loader (`loading`: a workdir, a params export or a Hugging
-Face directory) and the Python API on top of it (`api`: `bertjax.load(PATH)` -> Model)."""
+Face directory), a fine-tuned run's predictions (`prediction`, what predict mode and the API
+share) and the Python API on top of them (`api`: `bertjax.load(PATH)` -> Model)."""

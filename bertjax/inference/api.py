@@ -8,14 +8,17 @@
     states = model.encode(["a sentence"], layers="all")[0].hidden                # [L+1, T, H]
     model.predict(["a great film"])                 # a fine-tuned run: its own head and labels
 
-Loading goes through `bertjax.inference.loading` (the loader fine-tuning, export and predict use). Inputs are
-run in length buckets (`bertjax.core.length_buckets`) by functions jitted once per bucket shape, on one
-device or, given a mesh, with the parameters laid out by the same rules as training.
+Loading goes through `bertjax.inference.loading` (the loader fine-tuning, export and predict
+use); a fine-tuned run's `predict` through `bertjax.inference.prediction` (what predict mode
+runs). Inputs are run in length buckets (`bertjax.core.length_buckets`) by functions jitted once
+per bucket shape, on one device or, given a mesh, with the parameters laid out by the same rules
+as training.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from typing import Any, Sequence
 
@@ -25,11 +28,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bertjax.inference import loading
-from bertjax.model import pooling as poolings
+from bertjax.core import library_logs
 from bertjax.core.errors import UserError
-from bertjax.finetune.features import assemble, truncate_pair
 from bertjax.core.length_buckets import Row, run_bucketed
+from bertjax.data.schema import INPUTS
+from bertjax.finetune.examples import QAExample, SpanExample, TaggedExample, TextExample
+from bertjax.finetune.features import assemble, truncate_pair
+from bertjax.finetune.readers import check_span
+from bertjax.finetune.tasks import TaskSettings, task_class
+from bertjax.inference import loading
+from bertjax.inference.prediction import predict_examples, trained_settings
+from bertjax.model import pooling as poolings
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder, gather_positions
 from bertjax.model.heads import MaskedLmHead
@@ -220,10 +229,6 @@ class Model:
         (texts are split on whitespace), span classification: texts are (text, start, end)
         character spans, {"label", "probabilities"} each; QA: texts are questions, pairs their
         contexts, and the answers come back as {id: text}."""
-        from bertjax.finetune import readers
-        from bertjax.finetune.tasks import TaskSettings, task_class
-        from bertjax.jobs.predict import predict_examples, trained_settings
-
         task = str(self.loaded.record.get("task", ""))
         if not task.startswith("finetune"):
             raise UserError(f"{self.path} is not a fine-tuned run (its task is "
@@ -234,15 +239,15 @@ class Model:
         if kind == "qa":
             if pairs is None:
                 raise UserError("QA predictions need the contexts: predict(questions, pairs=...)")
-            examples = [readers.QAExample(id=str(i), question=q, context=c, answers=[])
+            examples = [QAExample(id=str(i), question=q, context=c, answers=[])
                         for i, (q, c) in enumerate(zip(texts, pairs))]
         elif kind == "span":
             examples = [_span_example(i, t) for i, t in enumerate(texts)]
         elif kind == "tagged":
-            examples = [readers.TaggedExample(str(i), t.split() if isinstance(t, str)
-                                              else list(t)) for i, t in enumerate(texts)]
+            examples = [TaggedExample(str(i), t.split() if isinstance(t, str) else list(t))
+                        for i, t in enumerate(texts)]
         else:
-            examples = [readers.TextExample(str(i), t, pairs[i] if pairs is not None else None)
+            examples = [TextExample(str(i), t, pairs[i] if pairs is not None else None)
                         for i, t in enumerate(texts)]
         settings = trained_settings(TaskSettings(), self.loaded.record)
         return predict_examples(self.loaded, settings, examples, "the texts given", self.mesh,
@@ -305,8 +310,8 @@ class Model:
     def _params(self, name: str, module: nn.Module, subtrees: tuple[str, ...],
                 extra: dict | None = None):
         if name not in self._placed:
-            shapes = {key: jax.ShapeDtypeStruct((self._mesh_rows(1), 8), jnp.int32)
-                      for key in ("input_ids", "segment_ids", "input_mask")}
+            shapes = {key: jax.ShapeDtypeStruct((self._mesh_rows(1), 8), field.dtype)
+                      for key, field in INPUTS.items()}
             for key, (width, dtype) in (extra or {}).items():
                 shapes[key] = jax.ShapeDtypeStruct((self._mesh_rows(1), width), dtype)
             _, shardings = abstract_train_state(module, optax.identity(), shapes, self.mesh)
@@ -342,9 +347,7 @@ class Model:
                             min_rows=partitioning.batch_shards(self.mesh))
 
 
-def _span_example(index: int, given):
-    from bertjax.finetune import readers
-
+def _span_example(index: int, given) -> SpanExample:
     try:
         text, start, end = given
     except (TypeError, ValueError):
@@ -352,8 +355,8 @@ def _span_example(index: int, given):
     if not isinstance(text, str) or not all(isinstance(x, (int, np.integer)) for x in (start, end)):
         raise UserError(f"span {index}: give (text, start, end) with integer offsets, got "
                         f"{given!r}")
-    readers.check_span(text, int(start), int(end), f"span {index}")
-    return readers.SpanExample(str(index), text, int(start), int(end))
+    check_span(text, int(start), int(end), f"span {index}")
+    return SpanExample(str(index), text, int(start), int(end))
 
 
 def _checked_pooling(name: str) -> str:
@@ -368,8 +371,6 @@ def load(path: str, *, step: int | None = None, batch_size: int = 32,
     """A model from a pretraining or fine-tuning workdir (latest checkpoint, or `step`; a
     fine-tuning run's best), a params export, an adapters export (on `base`, by default the base
     it records), or a Hugging Face BERT directory (converted in memory: nothing is written)."""
-    from bertjax.core import library_logs
-
     library_logs.quiet_routine_library_logs()
     loaded = loading.load(path, _best_step(path) if step is None else step, base=base)
     return Model(loaded, batch_size=batch_size, max_seq_len=max_seq_len, mesh=mesh, dtype=dtype)
@@ -379,7 +380,5 @@ def _best_step(path: str) -> int | None:
     """A finished fine-tuning run is used at its best dev checkpoint (results.json)."""
     if loading.kind_of(path) != loading.WORKDIR:
         return None
-    import os
-
     results = loading.read_json(os.path.join(path, loading.RESULTS_FILE))
     return results.get("best_step") if results.get("finished") else None

@@ -2,7 +2,8 @@
 
     a run's workdir      WORKDIR/run.json + WORKDIR/checkpoints/<step>/state (pretraining or
                          fine-tuning; a fine-tuning run with restarts is followed to its best)
-    a params export      DIR/bertjax.json + DIR/params + DIR/tokenizer (`bertjax.cli.export`, `convert`)
+    a params export      DIR/bertjax.json + DIR/params + DIR/tokenizer (`bertjax.cli.export`,
+                         `bertjax.cli.convert`)
     an adapters export   the same files holding only what an adapter / LoRA run trained; the
                          base they adapt (recorded, or `base=`) is loaded under them
     a Hugging Face BERT  DIR/config.json + model.safetensors or pytorch_model.bin (+ vocab.txt),
@@ -21,7 +22,8 @@ import os
 from typing import Any
 
 from bertjax.core.errors import UserError
-from bertjax.interop import adapters_dir, params_dir
+from bertjax.data.tokenizer import load_tokenizer
+from bertjax.interop import adapters_dir, hf_bert_config, hf_files, hf_models, params_dir
 from bertjax.model.config import EncoderConfig
 
 RUN_RECORD = "run.json"
@@ -54,8 +56,6 @@ class Loaded:
 
     def tokenizer(self, override: str = ""):
         """The model's own tokenizer (or `override`'s); UserError when none is known."""
-        from bertjax.data.tokenizer import load_tokenizer
-
         if override:
             return load_tokenizer(override)
         if self._tokenizer is not None:
@@ -209,8 +209,6 @@ def _checkpoint_step(workdir: str, step: int | None) -> int:
 
 
 def _load_hugging_face(path: str, *, with_params: bool) -> Loaded:
-    from bertjax.interop import hf_bert_config, hf_files, hf_models
-
     hf_config = hf_files.read_config(path)
     hf_models.check_architecture(hf_config)
     encoder = hf_bert_config.encoder_config_from_hf(hf_config, scan_layers=True)

@@ -7,6 +7,7 @@ the dense models are compared against a fair lexical ranker rather than a bag of
 
 from __future__ import annotations
 
+import logging
 from typing import Sequence
 
 import numpy as np
@@ -14,8 +15,7 @@ import numpy as np
 
 class Bm25:
     def __init__(self, documents: Sequence[str]):
-        import logging
-
+        # deferred: only the --bm25 baseline loads bm25s and PyStemmer's native library
         import bm25s
         import Stemmer
 

@@ -11,6 +11,12 @@
 An index is built in a staging directory and renamed into place whole; an existing one is only
 replaced with overwrite. Queries must be embedded by the same model: `query_model` loads the
 model the manifest names and refuses one whose fingerprint differs.
+
+Models come in through a `ModelLoader` the caller passes (the command line passes
+`bertjax.load`): retrieval sits below the Python API, which fine-tuning's retrieval task (built
+on `exact` and `metrics`) must not reach. A model is anything with `embed(texts, pooling,
+normalize=True)`, `loaded` (`bertjax.inference.loading.Loaded`), `config`, `max_seq_len` and
+`truncated`, as `bertjax.load`'s Model has.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import dataclasses
 import json
 import os
 import sys
+from typing import Any, Callable
 
 import numpy as np
 
@@ -37,6 +44,8 @@ MANIFEST, VECTORS, DOCUMENTS, HNSW = ("manifest.json", "vectors.npy", "documents
                                       "hnsw.faiss")
 EMBED_BLOCK = 4096      # texts embedded per call, so a large corpus streams into the .npy
 RECALL_SAMPLE, RECALL_K = 200, 10
+# (path, step or None for its default) -> a loaded model
+ModelLoader = Callable[[str, "int | None"], Any]
 
 
 @dataclasses.dataclass
@@ -64,12 +73,6 @@ class Index:
         return self._approximate
 
 
-def load_model(path: str, step: int | None = None, batch_size: int = 32):
-    import bertjax
-
-    return bertjax.load(path, step=step, batch_size=batch_size)
-
-
 def model_record(model) -> dict:
     loaded = model.loaded
     return {"path": loaded.path, "kind": loaded.kind, "step": loaded.step,
@@ -81,13 +84,14 @@ def embed(model, texts: list[str], pooling: str) -> np.ndarray:
     return model.embed(texts, pooling, normalize=True)
 
 
-def build(model_path: str, corpus_path: str, output: str, *, pooling: str = "mean",
-          with_approximate: bool = False, overwrite: bool = False, batch_size: int = 32) -> dict:
-    """Writes INDEX; returns its manifest."""
+def build(model_path: str, corpus_path: str, output: str, load_model: ModelLoader, *,
+          pooling: str = "mean", with_approximate: bool = False, overwrite: bool = False) -> dict:
+    """Writes INDEX with the model `load_model` loads from `model_path` (after every check of
+    the input: a refused build loads nothing); returns its manifest."""
     output_dir.check_target(output, overwrite=overwrite, sources=(model_path, corpus_path))
     check_choice("pooling", pooling, POOLINGS, unknown=True)
     documents = read_corpus(corpus_path)
-    model = load_model(model_path, batch_size=batch_size)
+    model = load_model(model_path, None)
     manifest = {"format": FORMAT, "version": VERSION, "model": model_record(model),
                 "pooling": pooling, "max_seq_len": model.max_seq_len,
                 "corpus": os.path.abspath(corpus_path), "documents": len(documents),
@@ -137,10 +141,13 @@ def open_index(path: str) -> Index:
     if not os.path.isfile(manifest_path):
         raise UserError(f"{path} is not a bertjax index (no {MANIFEST}); build one with "
                         "`python -m bertjax.index build`")
-    from bertjax.inference.loading import read_json
-
-    manifest = read_json(manifest_path)
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+    try:
+        with open(manifest_path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{manifest_path} is unreadable ({e}); rebuild the index") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or \
+            manifest.get("version") != VERSION:
         raise UserError(f"{path} is not a version-{VERSION} bertjax index")
     try:
         vectors = np.load(os.path.join(path, VECTORS), mmap_mode="r")
@@ -153,15 +160,15 @@ def open_index(path: str) -> Index:
     return Index(os.path.abspath(path), manifest, documents, vectors)
 
 
-def query_model(index: Index, model_path: str | None = None, batch_size: int = 32):
-    """The model to embed queries with: `model_path` or the one the index names, refused unless
-    its fingerprint is the index's."""
+def query_model(index: Index, load_model: ModelLoader, model_path: str | None = None):
+    """The model to embed queries with, loaded by `load_model`: `model_path` or the one the index
+    names, refused unless its fingerprint is the index's."""
     built_by = index.manifest["model"]
     if model_path is None and not os.path.exists(built_by["path"]):
         raise UserError(f"the model that built {index.path} ({built_by['path']}) is gone; pass "
                         "--model with the same model")
     step = built_by.get("step") if model_path is None else None
-    model = load_model(model_path or built_by["path"], step, batch_size)
+    model = load_model(model_path or built_by["path"], step)
     found = fingerprint(model.loaded.encoder, model.loaded.params)
     if found != built_by["fingerprint"]:
         if model_path is not None:

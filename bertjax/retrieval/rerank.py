@@ -6,7 +6,8 @@ whole, so it sees the interactions a dual encoder's two separate vectors cannot,
 one model run per (query, candidate). A candidate's score is the probability of the positive
 label (by default the run's second label, "1" of labels 0,1, as its F1 is), computed by the
 run's own head through `bertjax.load(RUN).predict(queries, pairs=passages)`. Candidates of equal
-score keep their first-stage order.
+score keep their first-stage order. The caller loads the run and passes the model in (retrieval
+sits below the Python API).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from bertjax.core.errors import UserError
 
 
 class CrossEncoder:
-    def __init__(self, path: str, positive_label: str = "", batch_size: int = 32):
-        import bertjax
-
-        self.model = bertjax.load(path, batch_size=batch_size)
-        record = self.model.loaded.record
+    def __init__(self, model, positive_label: str = ""):
+        """`model`: the run as `bertjax.load` returns it."""
+        self.model = model
+        path = model.path
+        record = model.loaded.record
         labels = list((record.get("heads") or {}).get("labels") or [])
         if record.get("task") != "finetune_classification" or len(labels) < 2:
             raise UserError(f"{path} is not a fine-tuned classification run (task "

@@ -1,4 +1,5 @@
-"""`python -m bertjax.retrieval.wiki_pairs`: a documented command name; the command is `bertjax.finetune.wiki_pairs`.
+"""`python -m bertjax.retrieval.wiki_pairs`: a documented command name; the command is
+`bertjax.finetune.packaged.wiki_pairs`.
 
 It runs that module as the program (runpy), so keeping the name adds no import from this layer
 to the command-line layer."""
@@ -6,4 +7,4 @@ to the command-line layer."""
 import runpy
 
 if __name__ == "__main__":
-    runpy.run_module("bertjax.finetune.wiki_pairs", run_name="__main__", alter_sys=True)
+    runpy.run_module("bertjax.finetune.packaged.wiki_pairs", run_name="__main__", alter_sys=True)

@@ -13,12 +13,14 @@ import json
 import os
 from typing import Sequence
 
+import jax
 import numpy as np
 
+from bertjax.core import output_dir
+from bertjax.core.errors import UserError
+from bertjax.inference.api import load
 from bertjax.wsd import wordnet
 from bertjax.wsd.wordnet import Example, Sense
-from bertjax.core.errors import UserError
-from bertjax.core import output_dir
 
 INFO_FILE = "wsd_index.json"
 VECTORS_FILE = "sense_vectors.npz"
@@ -29,8 +31,6 @@ VERSION = 1
 def model_digest(model) -> str:
     """sha256 of the encoder's parameter names, shapes, dtypes and values: the same weights give
     the same digest wherever they are loaded from (a Hugging Face dir or its params export)."""
-    import jax
-
     digest = hashlib.sha256()
     leaves, _ = jax.tree_util.tree_flatten_with_path(model.loaded.params["encoder"])
     for path, leaf in leaves:
@@ -169,8 +169,6 @@ class SenseIndex:
             if not os.path.exists(recorded["path"]):
                 raise UserError(f"the model {directory} was fitted with ({recorded['path']}) is "
                                 "gone; name a copy of it with --model")
-            from bertjax.inference.api import load
-
             model = load(recorded["path"])
         digest = model_digest(model)
         if digest != recorded["digest"]:

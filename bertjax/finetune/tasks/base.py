@@ -17,6 +17,8 @@ import numpy as np
 
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.core.errors import UserError, check_choice
+from bertjax.data.schema import Field
+from bertjax.finetune import schema
 from bertjax.finetune.features import Features
 from bertjax.model.config import EncoderConfig
 from bertjax.model.span_heads import check_pooling
@@ -95,6 +97,8 @@ class Task(abc.ABC):
     head: str  # run.json heads.head, read by export
     kind: str  # the examples it reads: "text", "retrieval", "tagged" or "qa"
     metrics: tuple[str, ...]  # what `evaluate` reports; the first is the default main metric
+    batch: dict[str, Field]  # its features' arrays, declared in `bertjax.finetune.schema`
+    optional_batch: dict[str, Field] = {}  # arrays some of its feature sets add
     regression = False
 
     def __init__(self, settings: TaskSettings, labels: Sequence[str]):
@@ -118,10 +122,18 @@ class Task(abc.ABC):
     def model(self, encoder: EncoderConfig, freeze_encoder: bool) -> nn.Module:
         """The model; a soft prompt (settings.prompt_length) implies a frozen encoder."""
 
-    @abc.abstractmethod
     def featurize(self, tokenizer: Tokenizer, examples: Sequence, where: str, *,
                   training: bool) -> Features:
-        """Features; a label unseen in training is a UserError naming `where`."""
+        """Features, their arrays conformed to the task's batch; a label unseen in training is
+        a UserError naming `where`."""
+        features = self.encode(tokenizer, examples, where, training=training)
+        features.arrays = schema.conform(features.arrays, self.batch, self.optional_batch)
+        return features
+
+    @abc.abstractmethod
+    def encode(self, tokenizer: Tokenizer, examples: Sequence, where: str, *,
+               training: bool) -> Features:
+        """The features of `examples`, as the task builds them (`featurize` checks them)."""
 
     @abc.abstractmethod
     def evaluate(self, examples: Sequence, features: Features, outputs: Outputs) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from bertjax.data.tokenizer import Tokenizer
-from bertjax.finetune import cloze
+from bertjax.finetune import cloze, schema
 from bertjax.finetune.tasks.base import TaskSettings
 from bertjax.finetune.tasks.sentence import Classification, check_pairs
 from bertjax.model.prompting import ClozeClassifier
@@ -17,6 +17,7 @@ from bertjax.model.prompting import ClozeClassifier
 
 class ClozeClassification(Classification):
     head = "cloze_classification"
+    batch = schema.CLOZE
 
     def __init__(self, settings: TaskSettings, labels: Sequence[str], tokenizer: Tokenizer):
         super().__init__(settings, labels)
@@ -27,7 +28,7 @@ class ClozeClassification(Classification):
     def model(self, encoder, freeze_encoder):
         return ClozeClassifier(encoder, self.verbalizer_ids, self.settings.prompt_length)
 
-    def featurize(self, tokenizer, examples, where, *, training):
+    def encode(self, tokenizer, examples, where, *, training):
         check_pairs(examples, where)
         s = self.settings
         layout = cloze.ClozeLayout(s.template, s.max_seq_len, s.prompt_length)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertjax.finetune import features as feats
-from bertjax.finetune import objectives, scoring
+from bertjax.finetune import objectives, schema, scoring
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings
 from bertjax.model.span_heads import SpanScorer
 from bertjax.model.task_heads import MASKED_LOGIT, SpanExtractor
@@ -51,6 +51,7 @@ class QuestionAnswering(Task):
 
     head = "question_answering"
     kind = "qa"
+    batch = schema.QUESTION_ANSWERING
     metrics = ("f1", "exact_match")
 
     @property
@@ -71,7 +72,7 @@ class QuestionAnswering(Task):
                               pooling=self.settings.span_pooling, freeze_encoder=freeze_encoder)
         return SpanExtractor(encoder, freeze_encoder=freeze_encoder)
 
-    def featurize(self, tokenizer, examples, where, *, training):
+    def encode(self, tokenizer, examples, where, *, training):
         s = self.settings
         features = feats.encode_qa(tokenizer, examples, feats.QASettings(
             s.max_seq_len, s.doc_stride, s.max_query_length, training=training))

@@ -21,9 +21,9 @@ from typing import Sequence
 import numpy as np
 
 from bertjax.core.errors import UserError
-from bertjax.finetune import objectives
+from bertjax.finetune import objectives, schema
 from bertjax.finetune.features import Features, assemble
-from bertjax.finetune.readers import TextExample
+from bertjax.finetune.examples import TextExample
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings
 from bertjax.model.dual_encoder import DualEncoder, encoder_names
 from bertjax.retrieval import exact
@@ -41,6 +41,8 @@ def text_key(text: str) -> int:
 class Retrieval(Task):
     head = "dual_encoder"
     kind = "retrieval"
+    batch = schema.RETRIEVAL
+    optional_batch = schema.NEGATIVES  # training rows with hard negatives
     metrics = ("mrr@10", "recall@1", "recall@10", "ndcg@10")
 
     @classmethod
@@ -56,7 +58,7 @@ class Retrieval(Task):
             raise UserError("finetune.freeze_encoder would leave a dual encoder nothing to train")
         return DualEncoder(encoder, self.settings.pooling, self.settings.separate_encoders)
 
-    def featurize(self, tokenizer, examples: Sequence[TextExample], where, *, training):
+    def encode(self, tokenizer, examples: Sequence[TextExample], where, *, training):
         _check_texts(examples, where)
         counts = collections.Counter()
         s = self.settings

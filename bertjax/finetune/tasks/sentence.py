@@ -9,8 +9,8 @@ import numpy as np
 
 from bertjax.core.errors import UserError
 from bertjax.finetune import features as feats
-from bertjax.finetune import objectives, scoring
-from bertjax.finetune.readers import TextExample
+from bertjax.finetune import objectives, schema, scoring
+from bertjax.finetune.examples import TextExample
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, checked_labels, ids_of
 from bertjax.model.task_heads import SequenceClassifier
 
@@ -30,6 +30,7 @@ def check_pairs(examples: Sequence[TextExample], where: str) -> None:
 class Classification(Task):
     head = "sequence_classification"
     kind = "text"
+    batch = schema.CLASSIFICATION
     metrics = ("accuracy", "mcc", "f1")
     objective = objectives.CLASSIFICATION
 
@@ -48,7 +49,7 @@ class Classification(Task):
         return SequenceClassifier(encoder, len(self.labels), freeze_encoder=freeze_encoder,
                                   prompt_length=self.settings.prompt_length)
 
-    def featurize(self, tokenizer, examples, where, *, training):
+    def encode(self, tokenizer, examples, where, *, training):
         check_pairs(examples, where)
         return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len,
                                       self.label_ids(examples, where),
@@ -82,6 +83,7 @@ class Classification(Task):
 class Regression(Task):
     head = "regression"
     kind = "text"
+    batch = schema.REGRESSION
     metrics = ("pearson", "spearman", "mse")
     objective = objectives.REGRESSION
     regression = True
@@ -94,7 +96,7 @@ class Regression(Task):
         return SequenceClassifier(encoder, 1, freeze_encoder=freeze_encoder,
                                   prompt_length=self.settings.prompt_length)
 
-    def featurize(self, tokenizer, examples, where, *, training):
+    def encode(self, tokenizer, examples, where, *, training):
         check_pairs(examples, where)
         scores = np.asarray([0.0 if e.label is None else e.label for e in examples], np.float32)
         return feats.encode_sentences(tokenizer, examples, self.settings.max_seq_len, scores,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from bertjax.core.errors import UserError
-from bertjax.finetune import objectives, scoring, spans
+from bertjax.finetune import objectives, schema, scoring, spans
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, checked_labels, ids_of
 from bertjax.finetune.tasks.sentence import _softmax
 from bertjax.model.span_heads import SpanClassifier
@@ -16,6 +16,7 @@ from bertjax.model.span_heads import SpanClassifier
 class SpanClassification(Task):
     head = "span_classification"
     kind = "span"
+    batch = schema.SPAN_CLASSIFICATION
     metrics = ("accuracy", "macro_f1", "mcc")
     objective = objectives.CLASSIFICATION
 
@@ -31,7 +32,7 @@ class SpanClassification(Task):
         return SpanClassifier(encoder, len(self.labels), pooling=self.settings.span_pooling,
                               freeze_encoder=freeze_encoder)
 
-    def featurize(self, tokenizer, examples, where, *, training):
+    def encode(self, tokenizer, examples, where, *, training):
         if all(e.label is None for e in examples):
             labels = np.zeros(len(examples), np.int32)  # prediction input
         else:

