@@ -22,15 +22,16 @@ import time
 import jax
 import numpy as np
 
+from bertjax.bench.torch_peer import cpu_threads, hf_config
 from bertjax.core.errors import UserError
 from bertjax.finetune.batches import EpochBatches
 from bertjax.finetune.distillation import task_objective
 from bertjax.finetune import length_bucketing
+from bertjax.finetune.schema import abstract_batch
 from bertjax.jobs.task_data import read_task_data
-from bertjax.jobs.finetune import starting_point
-from bertjax.jobs.finetune_run import batch_shapes
+from bertjax.jobs.starting_point import starting_point
 from bertjax.parallel import partitioning
-from bertjax.settings import finetune as finetune_settings
+from bertjax.settings import FinetuneSettings
 from bertjax.train.compilation import compile_step
 from bertjax.train.optimizer import make_optimizer
 from bertjax.train.state import create_train_state, param_count
@@ -55,15 +56,20 @@ class EpochTiming:
                 max(self.real_tokens, 1) - 1}
 
 
-def read(config, examples: int):
-    """(settings, start, data): the job's reading of the config, training rows limited."""
-    if config.get("task") not in TASKS:
+def check_task(task: str) -> None:
+    """Refuses, before its settings are read, a config of a task this benchmark does not time."""
+    if task not in TASKS:
         raise UserError(f"--task finetune times {', '.join(TASKS)}; the config's task is "
-                        f"{config.get('task')!r}")
-    if examples:
-        config.data.max_train_examples = examples
-    config.data.max_eval_examples = 1
-    s = finetune_settings.read(config)
+                        f"{task!r}")
+
+
+def read(s: FinetuneSettings, examples: int | None):
+    """(settings, start, data): the job's settings with `examples` training rows (if given) and
+    one evaluation row, its starting point and its data."""
+    check_task(s.task)
+    data = dataclasses.replace(s.data, max_eval_examples=1, **(
+        {"max_train_examples": examples} if examples else {}))
+    s = dataclasses.replace(s, data=data)
     if s.method.name != "full" or s.distill is not None:
         raise UserError("--task finetune times full fine-tuning (finetune.method=full, no "
                         "distill.teacher)")
@@ -79,8 +85,8 @@ class OurEpoch:
         self.batches = EpochBatches(arrays, s.train.batch_size, s.train.seed, buckets=buckets)
         self.model = data.task.model(start.encoder, False)
         self.optimizer = make_optimizer(s.optimizer_config(self.batches.steps_per_epoch))
-        self.shapes = batch_shapes(arrays, s.train.batch_size,
-                                   partitioning.batch_sharding(self.mesh))
+        self.shapes = abstract_batch(arrays, s.train.batch_size,
+                                     partitioning.batch_sharding(self.mesh))
         self.state, self.shardings = create_train_state(self.model, self.optimizer, self.shapes,
                                                         self.mesh, s.train.seed)
         self.abstract = jax.tree.map(
@@ -134,14 +140,12 @@ class TorchEpoch:
     """transformers' model for the task, trained an epoch with dynamic padding."""
 
     def __init__(self, s, start, data, *, bf16: bool):
-        try:
+        try:  # deferred: torch and transformers are heavy, and needed only with --compare-torch
             import torch
             import transformers
         except ImportError as e:
             raise UserError(f"--compare-torch needs torch and transformers ({e}); install "
                             "bertjax[hf]") from None
-        from bertjax.bench.torch_peer import cpu_threads, hf_config
-
         self.torch, self.bf16 = torch, bf16
         self.threads = cpu_threads()
         torch.set_num_threads(self.threads)
@@ -228,8 +232,9 @@ def interleaved(runs: list[tuple[list, object]], labels: list[str]) -> list[Epoc
     return [timing(label, seconds) for (_, timing), label, seconds in zip(runs, labels, spent)]
 
 
-def run(options, config) -> dict:
-    s, start, data = read(config, options.examples)
+def run(options, s: FinetuneSettings) -> dict:
+    """The epochs timed; `options`: the command's --examples, --compare-torch, --torch-bf16."""
+    s, start, data = read(s, options.examples)
     max_len = s.task_settings.max_seq_len
     buckets = s.train.buckets(max_len)
     rows = len(data.train_features)

@@ -12,7 +12,6 @@ import resource
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 
 from bertjax.bench.flops import StepFlops, train_step_flops, xla_flops
@@ -22,10 +21,9 @@ from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import partitioning
-from bertjax.train.compilation import compile_step, memory_report
+from bertjax.train.compilation import abstract_batch, compile_step, memory_report
 from bertjax.train.optimizer import make_optimizer
-from bertjax.data.schema import abstract_batch
-from bertjax.settings import pretrain
+from bertjax.settings import PretrainSettings
 from bertjax.train.state import abstract_train_state, create_train_state, param_count
 from bertjax.train.step import make_train_step
 
@@ -74,8 +72,7 @@ def synthetic_batch(workload: Workload, vocab_size: int, *, nsp: bool, span: boo
 class JaxStep:
     """Builds, compiles and steps our train step; `step()` runs one update to completion."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workload: Workload):
-        s = pretrain.read(config)
+    def __init__(self, s: PretrainSettings, workload: Workload):
         objective = s.objective
         self.encoder: EncoderConfig = s.model.encoder(s.data.vocab_size)
         _check_workload(workload, self.encoder)

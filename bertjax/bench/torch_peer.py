@@ -32,7 +32,7 @@ def check_objective(name: str) -> None:
 
 def hf_config(encoder: EncoderConfig, **extra):
     """transformers' BertConfig of the same shape and dropout as `encoder`."""
-    import transformers
+    import transformers  # deferred: heavy, and needed only with --compare-torch
 
     return transformers.BertConfig(
         vocab_size=encoder.vocab_size, hidden_size=encoder.hidden_size,
@@ -54,7 +54,7 @@ class TorchStep:
     def __init__(self, encoder: EncoderConfig, batch: dict[str, np.ndarray], *,
                  learning_rate: float, weight_decay: float, betas: tuple[float, float],
                  eps: float, clip_norm: float, seed: int = 0, bf16: bool = False):
-        try:
+        try:  # deferred: torch and transformers are heavy, and needed only with --compare-torch
             import torch
             import transformers
         except ImportError as e:

@@ -15,30 +15,29 @@ in the machine's load during the run falls on both alike.
 
 from __future__ import annotations
 
-import sys
-
-if __name__ == "__main__":  # before JAX or torch is imported; a re-executed process redoes this
-    from bertjax.core import host_memory
-
-    host_memory.reexec_with_huge_pages()
-
 import argparse
 import math
 import os
 import statistics
+import sys
 import time
 from typing import Callable
 
+import jax
+
+from bertjax import settings
+from bertjax.bench import finetune_epoch, flops
+from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
+from bertjax.bench.torch_peer import TorchStep, check_objective
+from bertjax.cli import entry
+from bertjax.cli.config_flags import parse_config
 from bertjax.core import atomic_files
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, report
+from bertjax.settings import FinetuneSettings, PretrainSettings
+from bertjax.settings import pretrain as pretrain_settings
 
 USAGE = ("python -m bertjax.bench --config=configs/base.py [--config.KEY=VALUE ...] "
          "[options]")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line and exit 2 (via main), not argparse's usage dump
-        raise UserError(f"bad flags: {message}")
 
 
 def _at_least(kind: type, minimum: float) -> Callable[[str], float]:
@@ -55,9 +54,9 @@ def _at_least(kind: type, minimum: float) -> Callable[[str], float]:
 
 
 def parse_args(argv: list[str]):
-    """(bench options, config) from the command line; a bad flag or config is a UserError."""
-    parser = _Parser(prog="python -m bertjax.bench", usage=USAGE, allow_abbrev=False,
-                     description=__doc__.split("\n\n")[0])
+    """(bench options, settings) from the command line; a bad flag or config is a UserError."""
+    parser = entry.ArgumentParser(prog="python -m bertjax.bench", usage=USAGE, allow_abbrev=False,
+                                  description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=("pretrain", "finetune"), default="pretrain",
                         help="what to time: the pretraining step, or an epoch of fine-tuning")
     parser.add_argument("--examples", type=_at_least(int, 1),
@@ -65,7 +64,8 @@ def parse_args(argv: list[str]):
     parser.add_argument("--torch-bf16", action="store_true",
                         help="run the transformers peer under torch.autocast(bfloat16)")
     parser.add_argument("--seq-len", type=_at_least(int, 8),
-                        help="tokens a sequence (default: the config's schedule.short_seq_len)")
+                        help="tokens a sequence (default: the length the config's schedule "
+                             "starts with, schedule.short_seq_len)")
     parser.add_argument("--batch", type=_at_least(int, 1), default=8, help="global batch size")
     parser.add_argument("--predictions", type=_at_least(int, 1),
                         help="masked positions a sequence (default: the config's schedule value "
@@ -86,10 +86,17 @@ def parse_args(argv: list[str]):
                         "--config=FILE, its settings as --config.KEY=VALUE)")
     if options.json:
         _check_output(options.json)
-    from bertjax.cli.main import parse_config
-
     config, _ = parse_config([argv[0], *rest])
-    return options, config
+    return options, read_settings(options.task, config)
+
+
+def read_settings(task: str, config) -> PretrainSettings | FinetuneSettings:
+    """The config's settings, read as its job reads them; a config of a task the benchmark does
+    not time is refused by name."""
+    if task == "finetune":
+        finetune_epoch.check_task(settings.task_of(config))
+        return settings.read(config)
+    return pretrain_settings.read(config)
 
 
 def _check_output(path: str) -> None:
@@ -100,13 +107,12 @@ def _check_output(path: str) -> None:
         raise UserError(f"--json {path}: directory {directory} does not exist or is not writable")
 
 
-def default_predictions(config, seq_len: int) -> int:
-    schedule = config.schedule
-    for length, predictions in ((schedule.short_seq_len, schedule.short_max_predictions),
-                                (schedule.long_seq_len, schedule.long_max_predictions)):
-        if length == seq_len:
-            return int(predictions)
-    return math.ceil(config.masking.mask_prob * seq_len)
+def default_predictions(s: PretrainSettings, seq_len: int) -> int:
+    """The schedule's prediction budget for this length, else the masking probability's share."""
+    for phase in s.schedule.phases:
+        if phase.seq_len == seq_len:
+            return phase.max_predictions
+    return math.ceil(s.masking.mask_prob * seq_len)
 
 
 def time_steps(steps: list[Callable[[], None]], warmups: list[int],
@@ -140,31 +146,21 @@ def time_steps(steps: list[Callable[[], None]], warmups: list[int],
              "cores_busy": c / sum(w)} for w, c in zip(wall, cpu)]
 
 
-def run(options, config) -> dict:
+def run(options, s: PretrainSettings | FinetuneSettings) -> dict:
     """Builds our step (and the peer's), times them, and returns every figure."""
     if options.task == "finetune":
-        from bertjax.bench import finetune_epoch
-
-        return finetune_epoch.run(options, config)
-    from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
-    from bertjax.settings import pretrain
-
-    settings = pretrain.read(config)  # a bad config, or another task's, before reading it here
+        return finetune_epoch.run(options, s)
     if options.compare_torch:
-        from bertjax.bench.torch_peer import check_objective
-
-        check_objective(settings.objective.name)
-    seq_len = options.seq_len or int(config.schedule.short_seq_len)
-    predictions = options.predictions or default_predictions(config, seq_len)
-    ours = JaxStep(config, Workload(options.batch, seq_len, predictions))
+        check_objective(s.objective.name)
+    seq_len = options.seq_len or s.schedule.phases[0].seq_len
+    predictions = options.predictions or default_predictions(s, seq_len)
+    ours = JaxStep(s, Workload(options.batch, seq_len, predictions))
     peer = None
     if options.compare_torch:
-        from bertjax.bench.torch_peer import TorchStep
-
-        o = config.optimizer
+        o = s.optimizer
         peer = TorchStep(ours.encoder, ours.batch_np, learning_rate=o.learning_rate,
                          weight_decay=o.weight_decay, betas=(o.b1, o.b2), eps=o.eps,
-                         clip_norm=o.clip_norm, seed=config.train.seed, bf16=options.torch_bf16)
+                         clip_norm=o.clip_norm, seed=s.train.seed, bf16=options.torch_bf16)
     # One step of ours first (a warmup step when --warmup > 0): its memory figures are read
     # before the peer's first step can raise the process's RSS mark.
     ours.step()
@@ -172,7 +168,7 @@ def run(options, config) -> dict:
     steppers = [ours.step] + ([peer.step] if peer else [])
     warmups = [max(options.warmup - 1, 0)] + ([options.warmup] if peer else [])
     timings = time_steps(steppers, warmups, options.steps)
-    result = figures(options, config, ours, timings[0], memory)
+    result = figures(options, s, ours, timings[0], memory)
     if peer is not None:
         theirs = timings[1]
         result["torch"] = {**theirs, "tokens_per_s": ours.workload.tokens / theirs["step_s"],
@@ -184,18 +180,15 @@ def run(options, config) -> dict:
     return result
 
 
-def figures(options, config, ours, timing: dict, memory: tuple[int, str, int]) -> dict:
+def figures(options, s: PretrainSettings, ours: JaxStep, timing: dict,
+            memory: tuple[int, str, int]) -> dict:
     """Our step's figures: the setting, the timings, FLOPs and MFU, memory."""
-    import jax
-
-    from bertjax.bench import flops
-
     device = jax.devices()[0]
     workload, model_flops, devices = ours.workload, ours.flops.total, ours.mesh.devices.size
     peak = options.peak_tflops or flops.peak_tflops(device.device_kind)
     achieved = model_flops / timing["step_s"] / 1e12
     return {
-        "preset": config.model.preset, "objective": config.objective,
+        "preset": s.model.preset, "objective": s.objective.name,
         "dtype": ours.encoder.dtype, "scan_layers": ours.encoder.scan_layers,
         "remat": ours.encoder.remat, "params": ours.params,
         "platform": device.platform, "device_kind": device.device_kind, "devices": devices,
@@ -258,20 +251,17 @@ def describe(r: dict) -> str:
     return "\n".join(lines)
 
 
+@entry.command
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     try:
-        options, config = parse_args(argv)
-        result = run(options, config)
+        options, s = parse_args(argv)
+        result = run(options, s)
     except UserError as e:
         report(str(e))
         return EXIT_BAD_INPUT
-    if options.task == "finetune":
-        from bertjax.bench.finetune_epoch import describe as describe_epoch
-
-        print(describe_epoch(result), flush=True)
-    else:
-        print(describe(result), flush=True)
+    described = finetune_epoch.describe if options.task == "finetune" else describe
+    print(described(result), flush=True)
     if options.json:
         atomic_files.write_json(options.json, result)
     return 0

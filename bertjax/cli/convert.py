@@ -22,10 +22,10 @@ import argparse
 import os
 import sys
 
-from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
-from bertjax.interop import hf_files, hf_models, params_dir
+from bertjax.cli import entry
 from bertjax.core import output_dir
-from bertjax.core.library_logs import quiet_routine_library_logs
+from bertjax.core.errors import UserError
+from bertjax.interop import hf_files, hf_models, params_dir
 from bertjax.model.config import EncoderConfig
 
 # What a converted model holds: BertForPretraining(nsp=True) without the SpanBERT head.
@@ -34,7 +34,7 @@ UNTIED_DECODER = "cls.predictions.decoder.weight"
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bertjax.convert",
+    parser = entry.ArgumentParser(prog="python -m bertjax.convert",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--from-hf", required=True, dest="from_hf",
                         help="a Hugging Face BERT directory (config.json + weights)")
@@ -44,7 +44,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-scan-layers", dest="scan_layers", action="store_false",
                         help="store layers as layer_0..N-1 instead of stacked (either loads)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing DIR")
-    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
     return parser.parse_args(argv)
 
 
@@ -94,10 +93,9 @@ def _names(names: list[str], limit: int = 6) -> str:
     return shown + (f" ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
-@exit_on_user_error
+@entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
-    quiet_routine_library_logs()
     model, notes = convert(args.from_hf, args.output, seed=args.seed,
                            scan_layers=args.scan_layers, overwrite=args.overwrite)
     for note in notes:

@@ -18,8 +18,11 @@ import os
 import sys
 import time
 
-from bertjax.cli import model_options
-from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+import numpy as np
+
+from bertjax.cli import entry, model_options
+from bertjax.core.atomic_files import replacing
+from bertjax.core.errors import UserError
 from bertjax.model.pooling import POOLINGS
 
 
@@ -58,7 +61,7 @@ def _check_output(output: str, input_path: str, overwrite: bool) -> None:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bertjax.embed",
+    parser = entry.ArgumentParser(prog="python -m bertjax.embed",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="a UTF-8 text file, one text a line")
     parser.add_argument("--output", required=True, help="the .npy file to write")
@@ -68,21 +71,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--normalize", action="store_true", help="scale each vector to length 1")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     model_options.add_to(parser)
-    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
     return parser.parse_args(argv)
 
 
-@exit_on_user_error
+@entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     layers = model_options.parse_layers(args.layers)
     _check_output(args.output, args.input, args.overwrite)
     texts = read_texts(args.input)
-
-    import numpy as np
-
-    from bertjax.core.atomic_files import replacing
-
     with contextlib.ExitStack() as stack:
         # Opened before the model loads: an unwritable directory is found before the work, and
         # the temporary file is removed if anything below fails.

@@ -2,20 +2,20 @@
 
     python -m bertjax.evaluate similarity --model PATH [--pooling mean ...]
 
-`python -m bertjax.evaluate NAME --help` describes one. A subcommand is a module with
-`main(argv)`, listed in COMMANDS; it is imported only when it runs.
+`python -m bertjax.evaluate NAME --help` describes one. A subcommand is a command module's
+`main(argv)`, listed in COMMANDS.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-from bertjax.core.errors import UserError, exit_on_user_error
+from bertjax.cli import entry, similarity
+from bertjax.core.errors import UserError
 
-# name -> (module with main(argv), what it measures)
+# name -> (its main(argv), what it measures)
 COMMANDS = {
-    "similarity": ("bertjax.evaluation.similarity",
+    "similarity": (similarity.main,
                    "cosine similarity vs human ratings (Lee et al. 2005): Spearman, Pearson"),
 }
 
@@ -27,7 +27,7 @@ def usage() -> str:
     return "\n".join(lines)
 
 
-@exit_on_user_error
+@entry.command
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("-h", "--help"):
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> None:
         given = f"unknown subcommand {argv[0]!r}" if argv else "no subcommand given"
         raise UserError(f"{given}; choose one of {', '.join(COMMANDS)} "
                         "(python -m bertjax.evaluate --help)")
-    module, _ = COMMANDS[argv[0]]
-    importlib.import_module(module).main(argv[1:])
+    command, _ = COMMANDS[argv[0]]
+    command(argv[1:])
 
 
 if __name__ == "__main__":

@@ -31,12 +31,12 @@ import argparse
 import os
 import sys
 
-from bertjax.inference import loading
-from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.cli import entry
 from bertjax.core import output_dir
+from bertjax.core.errors import UserError
+from bertjax.inference import loading
 from bertjax.interop import adapters_dir, hf_electra, hf_files, hf_models, params_dir
 from bertjax.model import adaptation
-from bertjax.core.library_logs import quiet_routine_library_logs
 
 FORMATS = ("params", "hf", "adapters")
 # What a params export keeps of the source's record (the rest describes the source run); an
@@ -45,7 +45,7 @@ _RECORD_KEYS = ("task", "step", "source", "method", "init_checkpoint")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bertjax.export",
+    parser = entry.ArgumentParser(prog="python -m bertjax.export",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True,
                         help="a pretraining or fine-tuning workdir, or a params export")
@@ -59,7 +59,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--merge-lora", action="store_true",
                         help="fold a LoRA run's updates into the base weights (hf, params)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
-    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
     return parser.parse_args(argv)
 
 
@@ -150,10 +149,9 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
     return notes + warnings
 
 
-@exit_on_user_error
+@entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
-    quiet_routine_library_logs()
     warnings = export(args.workdir, args.format, args.output, step=args.step,
                       tokenizer=args.tokenizer, overwrite=args.overwrite,
                       merge_lora=args.merge_lora)

@@ -25,14 +25,21 @@ import json
 import os
 import sys
 
+from bertjax.cli import entry
 from bertjax.core import atomic_files
-from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
-from bertjax.core.library_logs import quiet_routine_library_logs
+from bertjax.core.errors import UserError
+from bertjax.inference.api import load
+from bertjax.retrieval import evaluation, metrics
+from bertjax.retrieval.index import build as build_index
+from bertjax.retrieval.index import embed_queries, open_index, query_model
+from bertjax.retrieval.inputs import read_queries
+from bertjax.retrieval.rerank import CrossEncoder
+from bertjax.retrieval.search import APPROXIMATE, EXACT, clamped, ranked
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bertjax.index",
-                                     description=__doc__.split("\n\n")[0])
+    parser = entry.ArgumentParser(prog="python -m bertjax.index",
+                                  description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     build = commands.add_parser("build", help="embed a corpus into a new index")
@@ -72,19 +79,26 @@ def _parser() -> argparse.ArgumentParser:
             command.add_argument("--bm25", action="store_true", help="add the BM25 baseline")
     for command in commands.choices.values():
         command.add_argument("--batch-size", type=int, default=32, dest="batch_size")
-        command.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
-    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
     return parser
 
 
-def _build(args) -> None:
-    from bertjax.retrieval import index
+def load_model(path: str, step: int | None = None, batch_size: int = 32):
+    """A model for the index commands (`bertjax.retrieval` takes its models from here: it sits
+    below the Python API)."""
+    return load(path, step=step, batch_size=batch_size)
 
+
+def _loader(args):
+    """The `retrieval.index.ModelLoader` of these arguments."""
+    return lambda path, step: load_model(path, step, args.batch_size)
+
+
+def _build(args) -> None:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
-    manifest = index.build(args.model, args.corpus, args.output, pooling=args.pooling,
-                           with_approximate=args.approximate, overwrite=args.overwrite,
-                           batch_size=args.batch_size)
+    manifest = build_index(args.model, args.corpus, args.output, _loader(args),
+                           pooling=args.pooling, with_approximate=args.approximate,
+                           overwrite=args.overwrite)
     if manifest["truncated"]:
         print(f"note: {manifest['truncated']} document(s) were truncated to "
               f"{manifest['max_seq_len']} tokens", file=sys.stderr)
@@ -99,9 +113,6 @@ def _build(args) -> None:
 
 def _common(args, *, relevant: bool):
     """The index, queries and checks every search or evaluation makes before loading a model."""
-    from bertjax.retrieval.index import open_index
-    from bertjax.retrieval.inputs import read_queries
-
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     index = open_index(args.index)
@@ -114,19 +125,12 @@ def _common(args, *, relevant: bool):
 def _models(index, args):
     """The cross-encoder first (a wrong run fails before the queries are embedded), then the
     query model."""
-    from bertjax.retrieval.index import query_model
-    from bertjax.retrieval.rerank import CrossEncoder
-
-    cross_encoder = (CrossEncoder(args.rerank, args.positive_label, args.batch_size)
-                     if args.rerank is not None else None)
-    return cross_encoder, query_model(index, args.model, args.batch_size)
+    cross_encoder = (CrossEncoder(load_model(args.rerank, batch_size=args.batch_size),
+                                  args.positive_label) if args.rerank is not None else None)
+    return cross_encoder, query_model(index, _loader(args), args.model)
 
 
 def _search(args) -> None:
-    from bertjax.retrieval import metrics
-    from bertjax.retrieval.index import embed_queries
-    from bertjax.retrieval.search import APPROXIMATE, EXACT, clamped, ranked
-
     index, queries = _common(args, relevant=False)
     method = args.method or EXACT
     if args.k < 1:
@@ -181,8 +185,6 @@ def _check_output(path: str, overwrite: bool) -> None:
 
 
 def _evaluate(args) -> None:
-    from bertjax.retrieval import evaluation
-
     index, queries = _common(args, relevant=True)
     evaluation.check_relevant(index, queries)
     cross_encoder, model = _models(index, args)
@@ -198,10 +200,9 @@ def _evaluate(args) -> None:
         print("no approximate index (build with --approximate to compare it)")
 
 
-@exit_on_user_error
+@entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
-    quiet_routine_library_logs()
     {"build": _build, "search": _search, "evaluate": _evaluate}[args.command](args)
 
 

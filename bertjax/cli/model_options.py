@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bertjax.core.errors import UserError
+from bertjax.inference import api
 
 
 def add_to(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,4 @@ def parse_layers(spec: str):
 
 def load_model(args: argparse.Namespace):
     """The model the parsed options name (UserError if it is not one)."""
-    import bertjax
-
-    return bertjax.load(args.model, batch_size=args.batch_size, max_seq_len=args.max_seq_len)
+    return api.load(args.model, batch_size=args.batch_size, max_seq_len=args.max_seq_len)

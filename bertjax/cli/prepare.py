@@ -11,12 +11,13 @@ import argparse
 import os
 import sys
 
+from bertjax.cli import entry
+from bertjax.core.errors import UserError
 from bertjax.data import corpus
 from bertjax.data.preparation_engine import DEFAULT_DOCUMENTS_PER_SHARD, prepare
 from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, FORMATS
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS, build_tokenizer
-from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
 
 DEFAULT_VOCAB_SIZE = 30522
 
@@ -31,7 +32,7 @@ def summary(manifest: dict, output_dir: str) -> str:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bertjax.data.prepare",
+    parser = entry.ArgumentParser(prog="python -m bertjax.data.prepare",
                                      description="Tokenizes a text corpus into shards, once.")
     parser.add_argument("--input", required=True,
                         help="files, directories or globs, comma-separated")
@@ -49,14 +50,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--documents-per-shard", type=int, default=DEFAULT_DOCUMENTS_PER_SHARD)
     parser.add_argument("--max-line-chars", type=int, default=DEFAULT_MAX_LINE_CHARS)
     parser.add_argument("--no-progress", action="store_true")
-    parser.error = _one_line_error
     return parser.parse_args(argv)
-
-
-def _one_line_error(message: str) -> None:
-    """argparse's errors, in the same one-line form as every other bad input."""
-    report(message)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]) -> Tokenizer:
@@ -81,7 +75,7 @@ def _vocab_size(args: argparse.Namespace) -> int:
     return DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
 
 
-@exit_on_user_error
+@entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     inputs = [spec.strip() for spec in args.input.split(",") if spec.strip()]

@@ -6,9 +6,12 @@ import argparse
 import os
 import sys
 
-from bertjax.wsd import wordnet
-from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.cli import entry
 from bertjax.core import output_dir
+from bertjax.core.errors import UserError
+from bertjax.inference import loading
+from bertjax.inference.api import load
+from bertjax.wsd import wordnet
 from bertjax.wsd.evaluation import evaluate
 from bertjax.wsd.index import SenseIndex, layers_record
 
@@ -26,12 +29,8 @@ def _layers_arg(text: str):
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    def fail(message):
-        report(message)
-        sys.exit(EXIT_BAD_INPUT)
-
-    parser = argparse.ArgumentParser(prog="python -m bertjax.wsd",
-                                     description=__doc__.split("\n\n")[0])
+    parser = entry.ArgumentParser(prog="python -m bertjax.wsd",
+                                  description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     evaluate_cmd = commands.add_parser("evaluate", help="held-out WordNet accuracy vs the "
                                        "most-frequent-sense baseline")
@@ -61,14 +60,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "of it: --word bank finds 'banks')")
     predict_cmd.add_argument("--model", default=None,
                              help="the model (default: the one the index was fitted with)")
-    for p in (parser, evaluate_cmd, fit_cmd, predict_cmd):
-        p.error = fail
     return parser.parse_args(argv)
 
 
 def _load_model(args):
-    from bertjax.inference.api import load
-
     return load(args.model, batch_size=getattr(args, "batch_size", 32))
 
 
@@ -116,17 +111,12 @@ def _predict(args) -> None:
         print(f"  {sense.id}\t{score:.4f}\t{sense.definition}")
 
 
-@exit_on_user_error
+@entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
-    from bertjax.core.library_logs import quiet_routine_library_logs
-
-    quiet_routine_library_logs()
     if getattr(args, "batch_size", 1) < 1:
         raise UserError(f"--batch-size must be positive, got {args.batch_size}")
     if args.model is not None:
-        from bertjax.inference import loading
-
         loading.kind_of(args.model)  # "not a model" before WordNet is read
     {"evaluate": _evaluate, "fit": _fit, "predict": _predict}[args.command](args)
 

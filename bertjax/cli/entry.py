@@ -1,0 +1,44 @@
+"""What every command shares: its argument parser, its refusals and its quiet logs.
+
+A command refuses bad input (a bad flag included) with one line on stderr, `bertjax: error: ...`,
+and exit status 2 (`bertjax.core.errors`); it never prints argparse's usage dump or a traceback.
+Its main is decorated with `command`, which also keeps the libraries' routine log chatter off
+stderr (`bertjax.core.library_logs`). The re-execution with huge pages happens on importing the
+package (`bertjax.cli`), before any of this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from typing import Callable, TypeVar
+
+# Imported before the filter is attached: absl makes the "absl" logger an ABSLLogger, which
+# records the caller (orbax) the filter looks for; attached earlier, the filter would create a
+# plain logger that absl then keeps, and orbax's warnings would pass it as absl's own.
+from absl import logging as absl_logging  # noqa: F401
+
+from bertjax.core.errors import UserError, exit_on_user_error
+from bertjax.core.library_logs import quiet_routine_library_logs
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose bad flags are a UserError: `command` reports it in one line, exit 2 (its
+    subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        raise UserError(message)
+
+
+def command(main: _F) -> _F:
+    """Decorates a command's main: routine library logs quieted, a UserError one line on stderr
+    and exit status 2 (a main that returns its status may catch UserError itself)."""
+
+    @functools.wraps(main)
+    def run(*args, **kwargs):
+        quiet_routine_library_logs()
+        return main(*args, **kwargs)
+
+    return exit_on_user_error(run)  # type: ignore[return-value]
