@@ -20,20 +20,23 @@ import jax
 import numpy as np
 
 from bertjax.inference import loading
-from bertjax.finetune.methods import MethodSettings
 from bertjax.model import adaptation
 from bertjax.model.config import PRESETS, preset
 from bertjax.model.task_heads import SequenceClassifier
 from bertjax.parallel.mesh import make_mesh
+from bertjax.settings import methods
 from bertjax.train.freezing import path_name, train_only
 from bertjax.train.optimizer import OptimizerConfig, make_optimizer
 from bertjax.train.state import abstract_train_state
+from configs import finetune_base
 
 METHODS = ("full", "adapter", "lora")
 
 
 def measure(base, method: str) -> dict:
-    settings = MethodSettings(name=method)
+    section = finetune_base.get_config().finetune  # the method's defaults, as a run reads them
+    section.method = method
+    settings = methods.read(section)
     model_config = settings.encoder(base)
     model = SequenceClassifier(model_config, 2)
     optimizer = make_optimizer(OptimizerConfig(total_steps=100, warmup_steps=10,

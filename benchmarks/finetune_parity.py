@@ -123,7 +123,7 @@ def _children_cpu() -> float:
 
 def examples(args) -> tuple[list, list, list[str]]:
     """The examples the bertjax job samples (data.max_*_examples), and its label order."""
-    from bertjax.finetune import datasets
+    from bertjax.finetune.packaged import datasets
     from bertjax.jobs.task_data import _limited
 
     train = _limited(datasets.read_packaged(TRAIN, "text"), args.train_examples)

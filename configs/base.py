@@ -9,38 +9,30 @@ Every other pretraining config imports this one and changes only what differs.
 
 import ml_collections
 
+from configs import _sections
+
 
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     config.task = "pretrain"
     # Start from another run's parameters: a pretraining workdir or a converted HF checkpoint.
     config.init_checkpoint = ""
-    # bert: MLM + NSP; roberta: MLM only, full sentences; spanbert: span masking, MLM + SBO.
+    # bert: MLM + NSP; roberta: MLM only, full sentences; spanbert: span masking, MLM + SBO;
+    # electra: replaced token detection (configs/electra.py).
     config.objective = "bert"
+    # objective=electra only: the generator and the weight of its discriminator's loss.
+    config.electra = ml_collections.ConfigDict()
+    # 0: the paper's generator, a quarter of the discriminator's hidden size, its depth, one
+    # attention head per 64 dimensions and a feed-forward 4x its width.
+    config.electra.generator_hidden_size = 0
+    config.electra.generator_num_layers = 0
+    config.electra.generator_num_heads = 0
+    config.electra.generator_intermediate_size = 0
+    config.electra.generator_vocab_size = 0   # 0: the discriminator's (they share embeddings)
+    config.electra.discriminator_weight = 50.0  # lambda
 
-    config.model = ml_collections.ConfigDict()
-    # tiny | mini | small | medium | base | large, or from_checkpoint: the shape and vocabulary
-    # of config.init_checkpoint (e.g. a `python -m bertjax.convert --from-hf` output).
-    config.model.preset = "base"
-    # 0 keeps the preset's size; set any of these to change one dimension of it.
-    config.model.num_layers = 0
-    config.model.hidden_size = 0
-    config.model.num_heads = 0
-    config.model.intermediate_size = 0
-    config.model.dtype = "float32"          # compute dtype; "bfloat16" on accelerators
-    config.model.param_dtype = "float32"
-    config.model.hidden_dropout = 0.1
-    config.model.attention_dropout = 0.1
-    # "" lets the backend choose jax.nn.dot_product_attention's kernel (used whenever attention
-    # dropout is 0, and at inference); "cudnn": cuDNN flash attention on a GPU, with bf16.
-    config.model.attention_implementation = ""
-    # "bfloat16" with dtype float32: bf16 matmul operands, fp32 results and everything else
-    # (README "Speed": 1.16x on a BERT-base pretraining step on a CPU with AVX512-BF16). "" = dtype.
-    config.model.matmul_dtype = ""
-    config.model.scan_layers = True
-    config.model.remat = "none"             # none | full | save_dots
-    config.model.max_position_embeddings = 512
-    config.model.type_vocab_size = 2
+    # The model's shape and numerics (configs/_sections.py): a preset, sizes, dtypes, dropout.
+    config.model = _sections.model(preset="base")
 
     config.data = ml_collections.ConfigDict()
     # Raw text: files, directories or globs (comma-separated; .gz/.bz2 fine), or "tfds:NAME".
@@ -92,22 +84,8 @@ def get_config() -> ml_collections.ConfigDict:
     # device (TPUs and GPUs report it, CPUs do not). Set it lower to keep headroom.
     config.train.device_memory_gb = 0.0
 
-    config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "adamw"         # adamw | lamb
-    config.optimizer.learning_rate = 1e-4
-    config.optimizer.warmup_steps = 10_000
-    config.optimizer.decay = "linear"       # linear | cosine | constant
-    config.optimizer.end_learning_rate = 0.0
-    config.optimizer.b1 = 0.9
-    config.optimizer.b2 = 0.999
-    config.optimizer.eps = 1e-6
-    config.optimizer.weight_decay = 0.01
-    config.optimizer.bias_correction = False  # the original BERT optimizer had none
-    config.optimizer.clip_norm = 1.0          # global norm; 0 disables
-
-    # Device mesh: sizes of the (data, fsdp, tensor) axes; one may be -1 (all remaining devices).
-    config.mesh = ml_collections.ConfigDict()
-    config.mesh.data = -1
-    config.mesh.fsdp = 1
-    config.mesh.tensor = 1
+    # AdamW with linear decay, weight decay 0.01 and clipping at 1.0 (configs/_sections.py).
+    config.optimizer = _sections.optimizer(learning_rate=1e-4, warmup_steps=10_000, eps=1e-6,
+                                           bias_correction=False)  # BERT's optimizer had none
+    config.mesh = _sections.mesh()  # (data, fsdp, tensor) sizes; data -1: the remaining devices
     return config

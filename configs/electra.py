@@ -8,23 +8,13 @@ embeddings are shared; fine-tuning and export start from the discriminator.
         --config.data.input='corpus/*.txt'
 """
 
-import ml_collections
-
 from configs import base
 
 
 def get_config():
     config = base.get_config()
     config.objective = "electra"
-    config.electra = ml_collections.ConfigDict()
-    # 0: the paper's generator, a quarter of the discriminator's hidden size, its depth, one
-    # attention head per 64 dimensions and a feed-forward 4x its width.
-    config.electra.generator_hidden_size = 0
-    config.electra.generator_num_layers = 0
-    config.electra.generator_num_heads = 0
-    config.electra.generator_intermediate_size = 0
-    config.electra.generator_vocab_size = 0   # 0: the discriminator's (they share embeddings)
-    config.electra.discriminator_weight = 50.0  # lambda
+    # The generator: base.py's electra section (0 sizes: the paper's quarter-width one).
     # ELECTRA-base's recipe: 766k steps of 256 sequences of 512 tokens, Adam 2e-4, 10k warmup.
     config.schedule.long_fraction = 1.0
     config.train.steps = 766_000

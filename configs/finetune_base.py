@@ -41,39 +41,24 @@ benchmarks/finetune_parity.py compares accuracies. Where the two frameworks' def
 
 import ml_collections
 
+from configs import _sections
+
 
 def get_config() -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict()
     # finetune_classification (one sentence or a pair) | finetune_regression |
-    # finetune_token_classification | finetune_qa | finetune_retrieval
+    # finetune_token_classification | finetune_span_classification | finetune_qa |
+    # finetune_retrieval
     config.task = "finetune_classification"
     config.mode = "train"                   # train | predict
     config.init_checkpoint = ""
     # predict mode: where predictions go (default WORKDIR/predictions.jsonl, .json for QA).
     config.predict_output = ""
 
-    config.model = ml_collections.ConfigDict()
     # from_checkpoint: shape and vocabulary of init_checkpoint; a preset name (tiny .. large)
-    # trains from scratch (then data.tokenizer is required).
-    config.model.preset = "from_checkpoint"
-    config.model.num_layers = 0
-    config.model.hidden_size = 0
-    config.model.num_heads = 0
-    config.model.intermediate_size = 0
-    config.model.dtype = "float32"
-    config.model.param_dtype = "float32"
-    config.model.hidden_dropout = 0.1       # also the dropout before the classifier
-    config.model.attention_dropout = 0.1
-    # "" lets the backend choose jax.nn.dot_product_attention's kernel (used whenever attention
-    # dropout is 0, and at inference); "cudnn": cuDNN flash attention on a GPU, with bf16.
-    config.model.attention_implementation = ""
-    # "bfloat16" with dtype float32: bf16 matmul operands, fp32 results and everything else
-    # (README "Speed": 1.16x on a BERT-base pretraining step on a CPU with AVX512-BF16). "" = dtype.
-    config.model.matmul_dtype = ""
-    config.model.scan_layers = True
-    config.model.remat = "none"
-    config.model.max_position_embeddings = 512
-    config.model.type_vocab_size = 2
+    # trains from scratch (then data.tokenizer is required). The rest as in pretraining
+    # (configs/_sections.py); hidden_dropout is also the dropout before the classifier.
+    config.model = _sections.model(preset="from_checkpoint")
 
     config.finetune = ml_collections.ConfigDict()
     config.finetune.reinit_top_layers = 0   # re-initialize the top k encoder layers (+ pooler)
@@ -90,6 +75,10 @@ def get_config() -> ml_collections.ConfigDict:
     # cloze (and soft_prompt given a verbalizer): one [MASK], {text} (and {text_pair}) filled in
     config.finetune.template = "{text} It was [MASK]."
     config.finetune.verbalizer = ""         # "label:word,..." (one vocabulary token each)
+    # span classification and QA's span scorer: mean | attention (a learned score per token)
+    config.finetune.span_pooling = "mean"
+    # QA: start_end (BERT's start + end logits) | span (an MLP over every candidate span)
+    config.finetune.qa_scorer = "start_end"
     config.finetune.pooling = "mean"        # retrieval: mean | cls of the last layer
     config.finetune.separate_encoders = False  # retrieval: a document encoder of its own
     config.finetune.temperature = 0.05      # retrieval: softmax over cosine / temperature
@@ -105,6 +94,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.label_column = "label"
     config.data.id_column = ""              # empty: row numbers
     config.data.negative_column = ""        # retrieval: a hard negative document; empty: none
+    # span classification: the span's character offsets in the text (end exclusive)
+    config.data.span_start_column = "start"
+    config.data.span_end_column = "end"
     # Comma-separated label order (ids); empty: the training set's labels sorted (a TFDS
     # ClassLabel's own name order for tfds: sources).
     config.data.labels = ""
@@ -137,21 +129,10 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.log_every = 50
     config.train.checkpoint_every = 0       # extra mid-epoch checkpoints; 0: epoch ends only
 
-    config.optimizer = ml_collections.ConfigDict()
-    config.optimizer.name = "adamw"
-    config.optimizer.learning_rate = 3e-5
-    config.optimizer.warmup_fraction = 0.1  # of all steps, rounded up
-    config.optimizer.decay = "linear"
-    config.optimizer.end_learning_rate = 0.0
-    config.optimizer.b1 = 0.9
-    config.optimizer.b2 = 0.999
-    config.optimizer.eps = 1e-8           # torch's and the Trainer's; see the module doc
-    config.optimizer.weight_decay = 0.01
-    config.optimizer.bias_correction = True
-    config.optimizer.clip_norm = 1.0
-
-    config.mesh = ml_collections.ConfigDict()
-    config.mesh.data = -1
-    config.mesh.fsdp = 1
-    config.mesh.tensor = 1
+    # AdamW with linear decay, weight decay 0.01 and clipping at 1.0 (configs/_sections.py);
+    # eps 1e-8 is torch's and the Trainer's (see above), warmup a fraction of all steps (rounded
+    # up), bias correction as in torch.
+    config.optimizer = _sections.optimizer(learning_rate=3e-5, warmup_fraction=0.1, eps=1e-8,
+                                           bias_correction=True)
+    config.mesh = _sections.mesh()  # (data, fsdp, tensor) sizes; data -1: the remaining devices
     return config

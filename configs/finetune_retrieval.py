@@ -5,7 +5,7 @@ L2-normalized. Each epoch ends with exact search of every dev query among all de
 MRR@10 (picks the best checkpoint), Recall@1, Recall@10, nDCG@10.
 
 The defaults train on real Wikipedia: query = a sentence taken out of a paragraph, document = the
-rest of that paragraph, split by article (packaged:wiki_retrieval, `bertjax.finetune.wiki_pairs`,
+rest of that paragraph, split by article (packaged:wiki_retrieval, `bertjax.finetune.packaged.wiki_pairs`,
 which also writes these rows as files):
 
     python -m bertjax.main --config=configs/finetune_retrieval.py --workdir=DIR \

@@ -17,7 +17,7 @@ parallelism unless a preset says otherwise.
              (model.matmul_dtype), everything else stays fp32, and the layers are unrolled
              (model.scan_layers=False: no per-layer stacking of activations; longer compiles).
              A BERT-base step of 8 x 128 tokens took 2.21 s on a 2-core Zen 4, against 3.98 s
-             unrolled and 4.55 s scanned in fp32 (README "Speed"). Without those instructions it is slower than `cpu`.
+             unrolled and 4.55 s scanned in fp32 (docs/speed.md). Without those instructions it is slower than `cpu`.
 
   gpu_8      BERT-base on one node of 8 GPUs (A100 / H100), one process driving all eight: the
              paper's global batch of 256, 32 sequences per GPU, data parallel over NVLink. For

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import ml_collections
-
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
-
-DEFAULTS = dict(generator_hidden_size=0, generator_num_layers=0, generator_num_heads=0,
-                generator_intermediate_size=0, generator_vocab_size=0,
-                discriminator_weight=50.0)
+from bertjax.settings.config_keys import Section, fields_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +46,9 @@ class ElectraSettings:
             raise UserError(f"electra generator: {e}") from None
 
 
-def read(config: ml_collections.ConfigDict) -> ElectraSettings:
-    section = config.get("electra") or ml_collections.ConfigDict()
-    unknown = sorted(set(section.keys()) - set(DEFAULTS))
-    if unknown:
-        raise UserError(f"unknown setting(s) {', '.join('electra.' + k for k in unknown)}")
-    values = {key: section.get(key, default) for key, default in DEFAULTS.items()}
+def read(config: Section) -> ElectraSettings:
+    """The config's `electra` section (configs/base.py declares it for every pretraining run)."""
+    values = fields_of(ElectraSettings, config.electra, "electra")
     for key, value in values.items():
         if key != "discriminator_weight" and int(value) < 0:
             raise UserError(f"electra.{key} must not be negative, got {value}")

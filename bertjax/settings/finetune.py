@@ -6,15 +6,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import ml_collections
-
 from bertjax.core import length_buckets
 from bertjax.core.errors import UserError
-from bertjax.finetune import cloze, distillation, methods
+from bertjax.finetune import cloze
 from bertjax.finetune.distillation import DistillSettings
 from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
+from bertjax.settings import distill, methods
+from bertjax.settings.config_keys import Section, fields_of, strict
 from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
 from bertjax.train.optimizer import OptimizerConfig
 
@@ -50,7 +50,7 @@ class TrainSettings:
     restarts: int
     log_every: int
     checkpoint_every: int
-    bucket_multiple: int = 0  # batches cut to multiples of this many tokens; 0: max_seq_len
+    bucket_multiple: int  # batches cut to multiples of this many tokens; 0: max_seq_len
 
     def buckets(self, max_seq_len: int) -> tuple[int, ...]:
         return length_buckets.bucket_lengths(self.bucket_multiple, max_seq_len)
@@ -72,7 +72,7 @@ class FinetuneSettings:
     warmup_fraction: float
     model: ModelSpec
     mesh: MeshSettings
-    distill: DistillSettings | None = None  # a `distill` block: the student of a teacher run
+    distill: DistillSettings | None  # a `distill` section: the student of a teacher run
 
     def optimizer_config(self, total_steps: int) -> OptimizerConfig:
         # Rounded up, as transformers' Trainer does (TrainingArguments.get_warmup_steps): a
@@ -84,31 +84,16 @@ class FinetuneSettings:
             raise UserError(f"bad optimizer setting: {e}") from None
 
 
-def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> FinetuneSettings:
-    """Typed settings; `require_data=False` checks a config file alone (no data paths needed)."""
+def read(config, *, require_data: bool = True) -> FinetuneSettings:
+    """Typed settings from a ConfigDict (or a Section of one); `require_data=False` checks a
+    config file alone (no data paths needed)."""
+    config = strict(config)
     if config.mode not in MODES:
         raise UserError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
     task_class(config.task)  # an unknown task name is refused by name
-    d, t, f = config.data, config.train, config.finetune
-    data = DataSettings(
-        train=d.train.strip(), eval=d.eval.strip(), predict=d.predict.strip(),
-        format=d.format.strip(),
-        columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column,
-                        d.get("span_start_column", "start"), d.get("span_end_column", "end"),
-                        d.get("negative_column", "")),
-        tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
-        max_train_examples_per_class=d.get("max_train_examples_per_class", 0),
-        max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
-    if data.max_train_examples_per_class < 0:
-        raise UserError("data.max_train_examples_per_class must not be negative, got "
-                        f"{data.max_train_examples_per_class}")
-    if data.max_train_examples_per_class and config.task != "finetune_classification":
-        raise UserError("data.max_train_examples_per_class samples classes: it needs "
-                        f"task=finetune_classification, not {config.task}")
-    train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
-                          t.accumulation_steps, t.seed, t.restarts, t.log_every,
-                          t.checkpoint_every, t.get("bucket_multiple", 0))
-    _check_train(train)
+    d, f = config.data, config.finetune
+    data = _data(d, config.task)
+    train = _train(config.train)
     if require_data and config.mode == "train" and not (data.train and data.eval):
         raise UserError("fine-tuning needs data.train and data.eval (the dev set picks the best "
                         "checkpoint): set --config.data.train=PATH --config.data.eval=PATH")
@@ -116,31 +101,17 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
         raise UserError("predict mode needs --config.data.predict=PATH")
     if f.reinit_top_layers < 0:
         raise UserError(f"finetune.reinit_top_layers must be >= 0, got {f.reinit_top_layers}")
-    labels = tuple(x.strip() for x in d.labels.split(",") if x.strip())
-    positive = d.positive_label.strip()
-    if positive and labels and positive not in labels:
-        raise UserError(f"data.positive_label {positive!r} is not one of data.labels "
-                        f"({', '.join(labels)})")
     method = methods.read(f)
     _check_method(method, config.task, f.freeze_encoder, d.max_seq_len)
-    verbalizer = ",".join(f"{label}:{word}" for label, word in
-                          cloze.parse_verbalizer(method.verbalizer).items()) if method.cloze else ""
-    task = TaskSettings(max_seq_len=d.max_seq_len, labels=labels, positive_label=positive,
-                        main_metric=t.main_metric, all_subwords=f.label_all_subwords, crf=f.crf,
-                        doc_stride=d.doc_stride, max_query_length=d.max_query_length,
-                        max_answer_length=d.max_answer_length, prompt_length=method.prompt,
-                        template=method.template if method.cloze else "", verbalizer=verbalizer,
-                        span_pooling=f.get("span_pooling", "mean"),
-                        qa_scorer=f.get("qa_scorer", "start_end"), pooling=f.get("pooling", "mean"),
-                        separate_encoders=f.get("separate_encoders", False),
-                        temperature=f.get("temperature", 0.05))
+    task = _task_settings(config, method)
     if config.task == "finetune_retrieval":
         _check_retrieval(d, f)
     if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
         raise UserError(f"data.max_seq_len {d.max_seq_len} leaves no room for the context after "
                         f"a question of data.max_query_length {d.max_query_length} tokens")
-    optimizer = {k: config.optimizer[k] for k in config.optimizer.keys()
-                 if k != "warmup_fraction"}
+    # total_steps and warmup_steps are known once the data is read (warmup_fraction of them).
+    optimizer = fields_of(OptimizerConfig, config.optimizer, "optimizer",
+                          skip=("total_steps", "warmup_steps"), beside=("warmup_fraction",))
     fraction = config.optimizer.warmup_fraction
     if not 0.0 <= fraction <= 1.0:
         raise UserError(f"optimizer.warmup_fraction must be in [0, 1], got {fraction}")
@@ -149,7 +120,6 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
         raise UserError(f"data.max_seq_len {d.max_seq_len} exceeds "
                         f"model.max_position_embeddings {model.max_position_embeddings}")
     init = config.init_checkpoint.strip()
-    method = methods.read(f)
     if config.mode == "train":
         method.check_with(freeze_encoder=f.freeze_encoder, reinit_top_layers=f.reinit_top_layers,
                           init_checkpoint=init)
@@ -159,12 +129,56 @@ def read(config: ml_collections.ConfigDict, *, require_data: bool = True) -> Fin
                               f.reinit_top_layers, f.freeze_encoder, method, data,
                               train, task,
                               optimizer, fraction, model, mesh_settings(config.mesh),
-                              distillation.read(config.get("distill"), config.task, crf=f.crf,
-                                                require_teacher=require_data,
-                                                init_checkpoint=init,
-                                                from_checkpoint=model.from_checkpoint))
+                              distill.read(config, crf=f.crf, require_teacher=require_data,
+                                           init_checkpoint=init,
+                                           from_checkpoint=model.from_checkpoint))
     result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
     return result
+
+
+def _data(d: Section, task: str) -> DataSettings:
+    data = DataSettings(
+        train=d.train.strip(), eval=d.eval.strip(), predict=d.predict.strip(),
+        format=d.format.strip(),
+        columns=Columns(d.text_column, d.text_pair_column, d.label_column, d.id_column,
+                        d.span_start_column, d.span_end_column, d.negative_column),
+        tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
+        max_train_examples_per_class=d.max_train_examples_per_class,
+        max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
+    if data.max_train_examples_per_class < 0:
+        raise UserError("data.max_train_examples_per_class must not be negative, got "
+                        f"{data.max_train_examples_per_class}")
+    if data.max_train_examples_per_class and task != "finetune_classification":
+        raise UserError("data.max_train_examples_per_class samples classes: it needs "
+                        f"task=finetune_classification, not {task}")
+    return data
+
+
+def _train(t: Section) -> TrainSettings:
+    train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
+                          t.accumulation_steps, t.seed, t.restarts, t.log_every,
+                          t.checkpoint_every, t.bucket_multiple)
+    _check_train(train)
+    return train
+
+
+def _task_settings(config: Section, method: MethodSettings) -> TaskSettings:
+    """What the task's features, model and decoding take from the data and finetune sections."""
+    d, f = config.data, config.finetune
+    labels = tuple(x.strip() for x in d.labels.split(",") if x.strip())
+    positive = d.positive_label.strip()
+    if positive and labels and positive not in labels:
+        raise UserError(f"data.positive_label {positive!r} is not one of data.labels "
+                        f"({', '.join(labels)})")
+    verbalizer = ",".join(f"{label}:{word}" for label, word in
+                          cloze.parse_verbalizer(method.verbalizer).items()) if method.cloze else ""
+    return TaskSettings(max_seq_len=d.max_seq_len, labels=labels, positive_label=positive,
+                        main_metric=config.train.main_metric, all_subwords=f.label_all_subwords,
+                        crf=f.crf, doc_stride=d.doc_stride, max_query_length=d.max_query_length,
+                        max_answer_length=d.max_answer_length, prompt_length=method.prompt,
+                        template=method.template if method.cloze else "", verbalizer=verbalizer,
+                        span_pooling=f.span_pooling, qa_scorer=f.qa_scorer, pooling=f.pooling,
+                        separate_encoders=f.separate_encoders, temperature=f.temperature)
 
 
 def _check_method(method: MethodSettings, task: str, freeze_encoder: bool,
@@ -191,7 +205,7 @@ def _check_method(method: MethodSettings, task: str, freeze_encoder: bool,
                         f"need {method.prompt + 3})")
 
 
-def _check_retrieval(d: ml_collections.ConfigDict, f: ml_collections.ConfigDict) -> None:
+def _check_retrieval(d: Section, f: Section) -> None:
     if not d.text_pair_column:
         raise UserError("retrieval needs data.text_pair_column (the positive document's column; "
                         "data.text_column is the query's)")

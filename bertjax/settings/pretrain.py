@@ -6,14 +6,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
-import ml_collections
-
+from bertjax.data.inputs import DEMO_INPUT
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.core.errors import UserError
 from bertjax.settings import electra
-from bertjax.settings.shared import (MeshSettings, ModelSpec, fields_of, mesh_settings,
-                                     model_spec)
+from bertjax.settings.config_keys import Section, fields_of, strict
+from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
 from bertjax.train.optimizer import OptimizerConfig
 
 # name: (next-sentence prediction, span boundary objective, example mode)
@@ -32,7 +31,7 @@ class PretrainingObjective:
     nsp: bool
     sbo: bool
     mode: str  # how examples are built: NSP pairs or full sentences
-    electra: electra.ElectraSettings | None = None  # objective "electra" only
+    electra: electra.ElectraSettings | None  # objective "electra" only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +47,10 @@ class CorpusSettings:
     eval_fraction: float
     workers: int
     prefetch: int
-    vocab_size_given: bool = False  # set on the command line, not only the config's default
+    vocab_size_given: bool  # set on the command line, not only the config's default
 
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
-        from bertjax.data.sources import DEMO_INPUT
-
         raw = self.input.strip()
         if not raw:
             raise UserError("no corpus: set --config.data.input to text files, a directory, a "
@@ -92,13 +89,14 @@ class PretrainSettings:
     schedule: LengthSchedule
     optimizer: OptimizerConfig
     train: PretrainLoop
-    task: str = "pretrain"
+    task: str  # "pretrain"
 
 
-def read(config: ml_collections.ConfigDict, overridden: frozenset = frozenset()
-         ) -> PretrainSettings:
-    """`overridden`: the keys given on the command line (--config.KEY=VALUE)."""
-    task = config.get("task", "pretrain")
+def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
+    """`config`: a ConfigDict (or a Section of one); `overridden`: the keys given on the command
+    line (--config.KEY=VALUE)."""
+    config = strict(config)
+    task = config.task
     if task != "pretrain":  # inspect and bench take this path for any config they are given
         raise UserError(f"this command takes a pretraining config (task pretrain, e.g. "
                         f"configs/base.py), got one of task {task!r}")
@@ -123,13 +121,14 @@ def read(config: ml_collections.ConfigDict, overridden: frozenset = frozenset()
     return PretrainSettings(
         init_checkpoint=init, objective=objective, model=model,
         mesh=mesh_settings(config.mesh),
-        data=CorpusSettings(**fields_of(CorpusSettings, config.data, "data"),
+        data=CorpusSettings(**fields_of(CorpusSettings, config.data, "data",
+                                        skip=("vocab_size_given",)),
                             vocab_size_given="data.vocab_size" in overridden),
         masking=MaskingConfig(**fields_of(MaskingConfig, config.masking, "masking")),
-        schedule=schedule, optimizer=optimizer, train=train)
+        schedule=schedule, optimizer=optimizer, train=train, task=task)
 
 
-def _objective(config: ml_collections.ConfigDict) -> PretrainingObjective:
+def _objective(config: Section) -> PretrainingObjective:
     name = config.objective
     if name not in OBJECTIVES:
         raise UserError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
@@ -157,7 +156,7 @@ def _check_loop(train: PretrainLoop) -> None:
                         f"train.accumulation_steps {train.accumulation_steps}")
 
 
-def _schedule(config: ml_collections.ConfigDict, steps: int) -> LengthSchedule:
+def _schedule(config: Section, steps: int) -> LengthSchedule:
     s = config.schedule
     if not 0.0 <= s.long_fraction <= 1.0:
         raise UserError(f"schedule.long_fraction must be in [0, 1], got {s.long_fraction}")

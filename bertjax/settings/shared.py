@@ -1,14 +1,15 @@
-"""The parts every job's settings share: the model, the mesh, and reading a config section into a
-dataclass by field name (an unknown key is refused by name)."""
+"""The parts every job's settings share: the model and the mesh."""
 
 from __future__ import annotations
 
 import dataclasses
 
-import ml_collections
+import jax
 
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig, preset
+from bertjax.parallel.mesh import make_mesh
+from bertjax.settings.config_keys import Section, fields_of
 
 # model.preset value that takes the shape and vocabulary from config.init_checkpoint.
 FROM_CHECKPOINT = "from_checkpoint"
@@ -33,8 +34,8 @@ class ModelSpec:
     remat: str
     max_position_embeddings: int
     type_vocab_size: int
-    attention_implementation: str = ""
-    matmul_dtype: str = ""
+    attention_implementation: str  # "": the backend's choice
+    matmul_dtype: str  # "": model.dtype
 
     @property
     def from_checkpoint(self) -> bool:
@@ -79,13 +80,12 @@ def layout_of(encoder: EncoderConfig) -> dict:
             if k in LAYOUT_FIELDS or (k in ADAPTATION_LAYOUT_FIELDS and v)}
 
 
-def model_spec(section: ml_collections.ConfigDict) -> ModelSpec:
-    sizes = {key: int(section[key]) for key in SIZE_KEYS if key in section and section[key]}
+def model_spec(section: Section) -> ModelSpec:
+    sizes = {key: int(section[key]) for key in SIZE_KEYS if section[key]}
     spec = ModelSpec(section.preset, sizes, section.dtype, section.param_dtype,
                      section.hidden_dropout, section.attention_dropout, section.scan_layers,
                      section.remat, section.max_position_embeddings, section.type_vocab_size,
-                     str(section.get("attention_implementation", "")),
-                     str(section.get("matmul_dtype", "")))
+                     str(section.attention_implementation), str(section.matmul_dtype))
     _check_attention(spec)
     if not spec.from_checkpoint:
         spec.encoder(vocab_size=1000)  # refuses an unknown preset or a bad shape now, by name
@@ -99,30 +99,17 @@ class MeshSettings:
     tensor: int
 
     def make(self):
-        from bertjax.parallel.mesh import make_mesh
-
         return make_mesh(data=self.data, fsdp=self.fsdp, tensor=self.tensor)
 
 
-def mesh_settings(section: ml_collections.ConfigDict) -> MeshSettings:
+def mesh_settings(section: Section) -> MeshSettings:
     return MeshSettings(**fields_of(MeshSettings, section, "mesh"))
-
-
-def fields_of(cls, section: ml_collections.ConfigDict, prefix: str, skip=()) -> dict:
-    """The section's values for `cls`'s fields; a key `cls` does not have is refused by name."""
-    names = {f.name for f in dataclasses.fields(cls)} - set(skip)
-    unknown = sorted(set(section.keys()) - names)
-    if unknown:
-        raise UserError(f"unknown setting(s) {', '.join(prefix + '.' + k for k in unknown)}")
-    return {k: section[k] for k in section.keys()}
 
 
 def _check_attention(spec: ModelSpec) -> None:
     """cuDNN's fused attention exists only on a GPU, and only for 16-bit inputs."""
     if spec.attention_implementation != "cudnn":
         return
-    import jax
-
     if jax.default_backend() != "gpu":
         raise UserError("model.attention_implementation=cudnn needs a GPU (this backend is "
                         f"{jax.default_backend()}); leave it empty to let the backend choose")

@@ -1,0 +1,64 @@
+"""The config sections pretraining (base.py) and fine-tuning (finetune_base.py) declare alike: the
+model's numerics, the optimizer's fixed settings and the device mesh. Each base passes what its
+recipe sets itself (the preset, the learning rate and its schedule, Adam's epsilon, bias
+correction). Not a config itself (the leading underscore keeps it out of the shipped list).
+"""
+
+import ml_collections
+
+
+def model(preset: str) -> ml_collections.ConfigDict:
+    """`preset`: tiny | mini | small | medium | base | large, or from_checkpoint: the shape and
+    vocabulary of config.init_checkpoint (a pretraining workdir, a params export or a
+    `python -m bertjax.convert --from-hf` output)."""
+    section = ml_collections.ConfigDict()
+    section.preset = preset
+    # 0 keeps the preset's size; set any of these to change one dimension of it.
+    section.num_layers = 0
+    section.hidden_size = 0
+    section.num_heads = 0
+    section.intermediate_size = 0
+    section.dtype = "float32"               # compute dtype; "bfloat16" on accelerators
+    section.param_dtype = "float32"
+    section.hidden_dropout = 0.1            # fine-tuning: also the dropout before the classifier
+    section.attention_dropout = 0.1
+    # "" lets the backend choose jax.nn.dot_product_attention's kernel (used whenever attention
+    # dropout is 0, and at inference); "cudnn": cuDNN flash attention on a GPU, with bf16.
+    section.attention_implementation = ""
+    # "bfloat16" with dtype float32: bf16 matmul operands, fp32 results and everything else
+    # (docs/speed.md: 1.16x on a BERT-base pretraining step on a CPU with AVX512-BF16). "" = dtype.
+    section.matmul_dtype = ""
+    section.scan_layers = True
+    section.remat = "none"                  # none | full | save_dots
+    section.max_position_embeddings = 512
+    section.type_vocab_size = 2
+    return section
+
+
+def optimizer(*, learning_rate: float, eps: float, bias_correction: bool,
+              **warmup) -> ml_collections.ConfigDict:
+    """AdamW (or LAMB) with linear decay, weight decay 0.01 and global-norm clipping at 1.0. The
+    bases differ in the peak rate, its warmup (`warmup_steps=N` or `warmup_fraction=F`), Adam's
+    epsilon and bias correction (the original BERT optimizer had none)."""
+    section = ml_collections.ConfigDict()
+    section.name = "adamw"                  # adamw | lamb
+    section.learning_rate = learning_rate
+    section.update(warmup)
+    section.decay = "linear"                # linear | cosine | constant
+    section.end_learning_rate = 0.0
+    section.b1 = 0.9
+    section.b2 = 0.999
+    section.eps = eps
+    section.weight_decay = 0.01
+    section.bias_correction = bias_correction
+    section.clip_norm = 1.0                 # global norm; 0 disables
+    return section
+
+
+def mesh() -> ml_collections.ConfigDict:
+    """Sizes of the (data, fsdp, tensor) axes; one may be -1 (all remaining devices)."""
+    section = ml_collections.ConfigDict()
+    section.data = -1
+    section.fsdp = 1
+    section.tensor = 1
+    return section
