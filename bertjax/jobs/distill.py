@@ -25,13 +25,15 @@ import jax
 import numpy as np
 import optax
 
-from bertjax.inference import loading
 from bertjax.core.errors import UserError
 from bertjax.finetune import features as feats
 from bertjax.finetune.batches import process_share
-from bertjax.finetune.distillation import TEACHER_LOGITS
+from bertjax.finetune.distillation import with_teacher_logits
+from bertjax.finetune.schema import abstract_batch
+from bertjax.inference import loading
+from bertjax.jobs import finetune
+from bertjax.jobs.starting_point import StartingPoint, starting_point
 from bertjax.jobs.task_data import TaskData, read_task_data
-from bertjax.jobs.finetune import StartingPoint, starting_point
 from bertjax.model import layout
 from bertjax.parallel import partitioning
 from bertjax.settings.finetune import FinetuneSettings
@@ -39,6 +41,12 @@ from bertjax.train.state import abstract_train_state, param_count
 from bertjax.train.step import make_predict_step
 
 _LAYER = re.compile(r"layer_(\d+)$")
+
+
+def run(s: FinetuneSettings, workdir: str) -> dict:
+    """Fine-tunes the student (mode=train with a distill block) on the teacher's logits."""
+    s, start, data = prepare(s, finetune.starts_fresh(s, workdir))
+    return finetune.train_runs(s, start, data, workdir)
 
 
 def load_teacher(path: str, task: str) -> loading.Loaded:
@@ -111,9 +119,8 @@ def teacher_logits(teacher: loading.Loaded, data: TaskData, mesh, batch_size: in
     """The teacher head's logits for every training row, fp32, in row order."""
     model = data.task.model(teacher.require_encoder(), False)
     arrays = data.train_features.arrays
-    shapes = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype)
-              for k, v in arrays.items()}
-    _, shardings = abstract_train_state(model, optax.identity(), shapes, mesh)
+    _, shardings = abstract_train_state(model, optax.identity(), abstract_batch(arrays, batch_size),
+                                        mesh)
     params = jax.device_put(teacher.params, shardings.params)
     predict = make_predict_step(model, mesh, shardings)
     index, count = process_share(mesh)
@@ -144,7 +151,7 @@ def prepare(s: FinetuneSettings, fresh: bool
                         f"max_position_embeddings {limit}")
     began = time.perf_counter()
     logits = teacher_logits(teacher, data, s.mesh.make(), s.train.eval_batch_size)
-    data.train_features.arrays[TEACHER_LOGITS] = logits
+    data.train_features.arrays = with_teacher_logits(data.task, data.train_features.arrays, logits)
     if jax.process_index() == 0:
         print(f"distill: teacher {teacher.path} (step {teacher.step}, "
               f"{teacher.require_encoder().num_layers} layers, "

@@ -25,17 +25,16 @@ import sys
 
 import jax
 
-from bertjax.inference import loading
 from bertjax.core.atomic_files import write_json
-from bertjax.data.tokenizer import Tokenizer, load_tokenizer
 from bertjax.core.errors import UserError
+from bertjax.data.tokenizer import Tokenizer
 from bertjax.finetune import evaluation
-from bertjax.jobs.task_data import TaskData, read_task_data
+from bertjax.inference import loading
 from bertjax.jobs import common
 from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.jobs.run_directory import RunDirectory
-from bertjax.model import adaptation
-from bertjax.model.config import EncoderConfig
+from bertjax.jobs.starting_point import StartingPoint, starting_point
+from bertjax.jobs.task_data import TaskData, read_task_data
 from bertjax.settings.finetune import FinetuneSettings
 from bertjax.settings.shared import layout_of
 from bertjax.train import warm_start
@@ -43,79 +42,24 @@ from bertjax.train import warm_start
 RESULTS_FILE = loading.RESULTS_FILE
 
 
-@dataclasses.dataclass
-class StartingPoint:
-    """Where a run starts: the encoder's shape, the tokenizer and the init checkpoint (with its
-    parameters when some run still starts fresh)."""
-
-    encoder: EncoderConfig
-    tokenizer: Tokenizer
-    source: loading.Loaded | None
-
-
-def starting_point(s: FinetuneSettings, *, with_params: bool = True,
-                   source: loading.Loaded | None = None) -> StartingPoint:
-    """Refuses a tokenizer that does not fit the embeddings, or a model too short for the data.
-    `source` stands for init_checkpoint when given (a distillation student's teacher layers)."""
-    if s.model.from_checkpoint and not (s.init_checkpoint or source):
-        raise UserError("set config.init_checkpoint (a pretraining workdir or params export) "
-                        "or, to train from scratch, a model.preset and data.tokenizer")
-    if source is None and s.init_checkpoint:
-        source = (loading.load if with_params else loading.describe)(s.init_checkpoint)
-    if source is not None:
-        recorded = source.require_encoder()
-    else:
-        recorded = None
-    if not s.data.tokenizer and (source is None or not source.has_tokenizer):
-        raise UserError(f"no tokenizer: {s.init_checkpoint or 'training from scratch'} records "
-                        "none; set --config.data.tokenizer to the vocabulary")
-    tokenizer = (source.tokenizer(s.data.tokenizer) if source
-                 else load_tokenizer(s.data.tokenizer))
-    encoder = s.method.encoder(s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad,
-                                               recorded))
-    if recorded is not None:
-        _adapted_source(s, source, recorded, encoder)
-    if tokenizer.vocab_size != encoder.vocab_size:
-        named = s.data.tokenizer or f"of {s.init_checkpoint}"
-        raise UserError(f"vocabulary mismatch: the tokenizer {named} has "
-                        f"{tokenizer.vocab_size} tokens, the model from "
-                        f"{s.init_checkpoint or 'the config'} embeds {encoder.vocab_size}; use "
-                        "the checkpoint's own vocabulary")
-    if s.task_settings.max_seq_len > encoder.max_position_embeddings:
-        raise UserError(f"data.max_seq_len {s.task_settings.max_seq_len} exceeds the model's "
-                        f"max_position_embeddings {encoder.max_position_embeddings}")
-    return StartingPoint(encoder, tokenizer, source)
-
-
-def _adapted_source(s: FinetuneSettings, source: loading.Loaded, recorded: EncoderConfig,
-                    encoder: EncoderConfig) -> None:
-    """An init checkpoint with LoRA starts a run without it merged (the model it is); one with
-    adapters starts only another adapter run (dropping them would change the model)."""
-    if recorded.adapter_size and not encoder.adapter_size:
-        raise UserError(f"the init checkpoint {s.init_checkpoint} has adapters, which "
-                        f"finetune.method={s.method.name} would drop; continue it with "
-                        "finetune.method=adapter or start from its base")
-    if recorded.lora_rank and not encoder.lora_rank and source.params is not None:
-        source.params, _ = adaptation.merge_lora(source.params, recorded)
-
-
 def run(s: FinetuneSettings, workdir: str) -> dict:
-    if s.mode == "predict":
-        from bertjax.jobs import predict
+    """Fine-tunes from the init checkpoint (mode=train without a distill block)."""
+    fresh = starts_fresh(s, workdir)
+    start = starting_point(s, with_params=fresh)
+    if s.method.cloze and fresh:
+        _check_mlm_head(s, start.source)
+    return train_runs(s, start, read_task_data(s, start.tokenizer), workdir)
 
-        return predict.run(s, workdir)
+
+def starts_fresh(s: FinetuneSettings, workdir: str) -> bool:
+    """Whether some run (of the restarts) has no checkpoint yet, so needs the init parameters."""
     workdirs = ([workdir] if s.train.restarts == 1 else
                 [os.path.join(workdir, f"restart_{k}") for k in range(s.train.restarts)])
-    fresh = any(not loading.checkpoint_steps(w) for w in workdirs)
-    if s.distill is not None:
-        from bertjax.jobs import distill
+    return any(not loading.checkpoint_steps(w) for w in workdirs)
 
-        s, start, data = distill.prepare(s, fresh)
-    else:
-        start = starting_point(s, with_params=fresh)
-        if s.method.cloze and fresh:
-            _check_mlm_head(s, start.source)
-        data = read_task_data(s, start.tokenizer)
+
+def train_runs(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: str) -> dict:
+    """The run, or its restarts, with stop requests (SIGTERM) caught from here on."""
     with common.stop_requests() as stop:
         if s.train.restarts == 1:
             return train(s, start, data, workdir, s.train.seed, stop)

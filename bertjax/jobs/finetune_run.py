@@ -15,6 +15,7 @@ import numpy as np
 from bertjax.core.atomic_files import write_json
 from bertjax.finetune import distillation, evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches, process_share
+from bertjax.finetune.schema import abstract_batch
 from bertjax.model import adaptation, prompting
 from bertjax.parallel import partitioning
 from bertjax.train import loop, warm_start
@@ -29,11 +30,6 @@ from bertjax.train.step import make_predict_step, make_train_step
 from bertjax.jobs import common
 
 RESULTS_FILE = "results.json"
-
-
-def batch_shapes(arrays: dict, batch_size: int, sharding) -> dict[str, jax.ShapeDtypeStruct]:
-    return {key: jax.ShapeDtypeStruct((batch_size, *value.shape[1:]), value.dtype,
-                                      sharding=sharding) for key, value in arrays.items()}
 
 
 def _parameters(params, trains, trainable: int) -> str:
@@ -98,8 +94,8 @@ class FinetuneRun:
         if s.method.freezes_base:
             trains = functools.partial(adaptation.trains, method=s.method.name, fresh=self.fresh)
             optimizer = train_only(optimizer, trains)
-        shapes = batch_shapes(self.data.train_features.arrays, s.train.batch_size,
-                              partitioning.batch_sharding(mesh))
+        shapes = abstract_batch(self.data.train_features.arrays, s.train.batch_size,
+                                partitioning.batch_sharding(mesh))
         warm = None
         if start.source is not None and start.source.params is not None:
             def warm(params, shardings):

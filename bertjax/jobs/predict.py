@@ -16,30 +16,26 @@ verbalizer), not the config's.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 
 import jax
-import optax
-
-from bertjax.core import length_buckets
 
 from bertjax.inference import loading
+from bertjax.inference.prediction import predict_examples, trained_settings
 from bertjax.core.atomic_files import write_text
 from bertjax.core.errors import UserError
-from bertjax.finetune import evaluation, readers
-from bertjax.finetune.batches import process_share
-from bertjax.finetune.tasks import TaskSettings, make_task, task_class
-from bertjax.finetune.tasks.base import RECORDED_SETTINGS
+from bertjax.finetune import readers
+from bertjax.finetune.examples import SpanExample, TaggedExample, TextExample
+from bertjax.finetune.tasks import task_class
 from bertjax.settings.finetune import FinetuneSettings
-from bertjax.train.state import abstract_train_state
-from bertjax.train.step import make_predict_step
 
 
 def _unlabeled(example):
-    if isinstance(example, (readers.TextExample, readers.SpanExample)):
+    if isinstance(example, (TextExample, SpanExample)):
         return dataclasses.replace(example, label=None)
-    if isinstance(example, readers.TaggedExample):
+    if isinstance(example, TaggedExample):
         return dataclasses.replace(example, tags=None)
     return example  # QA answers are not read outside training
 
@@ -60,18 +56,6 @@ def _source_run(workdir: str, task: str) -> tuple[loading.Loaded, int | None, st
         return run, None, (f"note: the run in {workdir} has not finished; predicting with its "
                            "latest checkpoint")
     return run, results.get("best_step"), ""
-
-
-def trained_settings(current: TaskSettings, record: dict) -> TaskSettings:
-    """The task settings the run in `record` (run.json) was trained with: its labels and CRF, and
-    its recorded feature and decoding settings; the config's where an older record lacks them."""
-    heads = record.get("heads") or {}
-    recorded = record.get("task_settings") or {}
-    if "max_seq_len" in record:  # recorded before task_settings were
-        recorded = {"max_seq_len": record["max_seq_len"], **recorded}
-    return dataclasses.replace(
-        current, crf=bool(heads.get("crf")), labels=tuple(heads.get("labels") or ()),
-        **{name: recorded[name] for name in RECORDED_SETTINGS if name in recorded})
 
 
 def _output_path(s: FinetuneSettings, workdir: str, qa: bool) -> str:
@@ -103,39 +87,7 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
     return {"predictions": output, "count": len(examples), "step": loaded.step}
 
 
-def predict_examples(loaded: loading.Loaded, task_settings: TaskSettings, examples: list,
-                     where: str, mesh, batch_size: int, *, report: bool = True,
-                     note: str = "", buckets: tuple[int, ...] | None = None):
-    """A fine-tuned model's predictions for `examples` (the task's own format: a list, or for QA
-    a dict of answers), with the task settings it was trained with. Shared by predict mode and
-    `bertjax.load(...).predict`. `buckets`: the lengths batches are cut to (default: multiples
-    of length_buckets.DEFAULT_MULTIPLE)."""
-    if buckets is None:
-        buckets = length_buckets.bucket_lengths(length_buckets.DEFAULT_MULTIPLE,
-                                                  task_settings.max_seq_len)
-    tokenizer = loaded.tokenizer()
-    task = make_task(loaded.record["task"], task_settings, list(task_settings.labels), tokenizer)
-    features = task.featurize(tokenizer, examples, where, training=False)
-    # Only now, past the refusals: a refused command prints one line.
-    if note:
-        print(note, file=sys.stderr)
-    if report:
-        readers.report_counts(where, features.counts)
-    model = task.model(loaded.require_encoder(), False)
-    shapes = {k: jax.ShapeDtypeStruct((batch_size, *v.shape[1:]), v.dtype)
-              for k, v in features.arrays.items()}
-    _, shardings = abstract_train_state(model, optax.identity(), shapes, mesh)
-    params = jax.device_put(loaded.params, shardings.params)
-    index, count = process_share(mesh)
-    local = slice(index * batch_size // count, (index + 1) * batch_size // count)
-    evaluator = evaluation.Evaluator(task, make_predict_step(model, mesh, shardings), mesh,
-                                     features, examples, batch_size, local, buckets)
-    return task.predict(examples, features, evaluator.outputs(params))
-
-
 def _serialized(predictions) -> str:
-    import json
-
     if isinstance(predictions, dict):
         return json.dumps(predictions, indent=1, ensure_ascii=False)
     return "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in predictions)

@@ -16,8 +16,10 @@ import tempfile
 
 import jax
 
-from bertjax.inference import loading
+from bertjax.core.atomic_files import write_json
 from bertjax.core.errors import UserError
+from bertjax.data.corpus import MANIFEST
+from bertjax.inference import loading
 from bertjax.train.workdir_lock import WorkdirLock
 
 RUN_RECORD = loading.RUN_RECORD
@@ -66,8 +68,6 @@ class RunDirectory:
         merged = {**self.stored, **compared, **info}
         if merged == self.stored:
             return
-        from bertjax.core.atomic_files import write_json
-
         write_json(os.path.join(self.path, RUN_RECORD), merged, sort_keys=True)
         self.stored = merged
 
@@ -81,8 +81,6 @@ class RunDirectory:
             shutil.rmtree(self.path, ignore_errors=True)
 
     def _holds_work(self) -> bool:
-        from bertjax.data.corpus import MANIFEST
-
         return bool(loading.checkpoint_steps(self.path)) or os.path.exists(
             os.path.join(self.path, "data", MANIFEST))
 

@@ -1,0 +1,186 @@
+"""One pretraining run inside its opened workdir: the objective's model, the train step compiled
+for every length phase still to run, the state restored or initialized (and warm-started), and the
+loop with its hooks (log, eval, checkpoint); at the end, curves and where the outputs are."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import jax
+
+from bertjax.inference import loading
+from bertjax.jobs import common, pretraining_model
+from bertjax.jobs.run_directory import RunDirectory
+from bertjax.parallel import partitioning
+from bertjax.settings.pretrain import PretrainSettings
+from bertjax.train import loop, warm_start
+from bertjax.train.checkpoint import Checkpointer
+from bertjax.train.compilation import abstract_batch, compile_step
+from bertjax.train.logging_hook import LoggingHook, window_summary
+from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
+from bertjax.train.optimizer import make_optimizer
+from bertjax.train.plots import plot_curves
+from bertjax.train.state import param_count
+from bertjax.train.step import make_eval_step, make_train_step
+from bertjax.train.warm_start import UNTRAINED_POOLER
+
+
+class PretrainRun:
+    """Built (and every phase's step compiled, from shapes alone) before any state exists: a
+    config that does not fit is refused before a byte of it is allocated. `data` gives the
+    training iterator and eval batches; `source` the init checkpoint (its params when the run
+    starts fresh), or None."""
+
+    def __init__(self, s: PretrainSettings, run_dir: RunDirectory, mesh, encoder, data,
+                 source: loading.Loaded | None):
+        self.s, self.run_dir, self.mesh, self.data, self.source = s, run_dir, mesh, data, source
+        self.workdir = run_dir.path
+        self.is_main = jax.process_index() == 0
+        self.model, self.objective = pretraining_model.build(s, encoder)
+        # Only NSP reads the pooled output: without it the pooler gets no gradient, only decay.
+        untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
+        self.optimizer = make_optimizer(s.optimizer, untrained=untrained)
+        self.batch_sharding = partitioning.batch_sharding(mesh)
+        self.first_shapes = self._shapes_for(s.schedule.phase_at(0))
+        self.compiled = self._compile()
+        self.checkpointer: Checkpointer | None = None
+
+    def _shapes_for(self, phase):
+        s = self.s
+        return abstract_batch(s.train.batch_size, phase.seq_len, phase.max_predictions,
+                              nsp=s.objective.nsp, span=s.masking.strategy == "span",
+                              sharding=self.batch_sharding)
+
+    def _compile(self) -> dict:
+        """The train step per sequence length of the phases not yet done."""
+        s, schedule = self.s, self.s.schedule
+        done = max(loading.checkpoint_steps(self.workdir), default=0)
+        abstract, shardings = common.abstract_state(self.model, self.optimizer, self.first_shapes,
+                                                    self.mesh, s.train.seed)
+        train_step = make_train_step(self.model, self.optimizer, self.mesh, shardings,
+                                     accumulation_steps=s.train.accumulation_steps,
+                                     objective=self.objective)
+        compiled = {}
+        for phase in schedule.phases:
+            if schedule.phase_end(phase, s.train.steps) > done:
+                compiled[phase.seq_len] = compile_step(
+                    train_step, abstract, self._shapes_for(phase),
+                    name=f"train step at {phase.seq_len} tokens", verbose=False,
+                    device_memory_gb=s.train.device_memory_gb)
+        if self.is_main:  # once every phase fits: a config refused for a later one prints one line
+            for step in compiled.values():
+                print(step.report, file=sys.stderr, flush=True)
+        return compiled
+
+    def _warm_start(self):
+        """The init checkpoint's parameters in place of fresh ones, when the run has them."""
+        source = self.source
+        if source is None or source.params is None:
+            return None
+
+        def warm(params, param_shardings):
+            return warm_start.load_params(self.s.init_checkpoint, source.params, params,
+                                          param_shardings)
+        return warm
+
+    def train(self, stop, compared: dict, info: dict) -> dict:
+        """Restores or initializes the state, records the run (run.json: `compared` and `info`)
+        and trains to train.steps; returns the last logged metrics ({} when stopped before)."""
+        if common.stopped_before_start(stop):
+            return {}
+        s = self.s
+        self.checkpointer = Checkpointer(self.workdir, keep=s.train.keep_checkpoints)
+        start = common.restore_or_init(self.model, self.optimizer, self.first_shapes, self.mesh,
+                                       s.train.seed, self.checkpointer, self._warm_start())
+        self.run_dir.write_record(compared, info)
+        if self.is_main:
+            if start.step:
+                truncate_after(self.workdir, start.step)
+                print(f"resuming from step {start.step} of {s.train.steps} "
+                      f"({self.checkpointer.directory})", file=sys.stderr)
+            print(f"model: {s.model.preset} ({param_count(start.state.params):,} parameters), "
+                  f"objective {s.objective.name}, mesh {dict(self.mesh.shape)}", file=sys.stderr)
+        if common.stopped_before_start(stop):
+            return {}
+        return self._loop(stop, start)
+
+    def close(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+
+    def _step(self, state, local_batch):
+        seq_len = local_batch["input_ids"].shape[1]
+        return self.compiled[seq_len](state, partitioning.global_batch(local_batch, self.mesh))
+
+    def _loop(self, stop, start: common.Start) -> dict:
+        s, schedule, total_steps = self.s, self.s.schedule, self.s.train.steps
+        self.eval_step = make_eval_step(self.model, self.mesh, start.shardings,
+                                        objective=self.objective)
+        self.eval_cache: dict[int, list] = {}
+        self.batches = self.data.train_iterator(start.step)
+        if start.saved:
+            self.batches.set_state(start.saved)
+        self.writer = MetricsWriter(self.workdir, enabled=self.is_main)
+        progress = loop.Progress(start.step, total_steps, enabled=self.is_main)
+        self.logger = LoggingHook(
+            self.writer, s.train.log_every, summarize=self.objective.summarize,
+            step_info=lambda step: {"seq_len": schedule.phase_at(step - 1).seq_len},
+            tokens_in_step=lambda step: s.train.batch_size * schedule.phase_at(step - 1).seq_len,
+            progress=progress)
+        hooks = [self.logger, loop.Every(s.train.checkpoint_every, self._checkpoint)]
+        if s.train.eval_every and s.train.eval_batches and self.data.has_eval_data:
+            hooks.append(loop.Every(s.train.eval_every, self._evaluate))
+        try:
+            _, last_step = loop.run(
+                start.state, self.batches, start_step=start.step, total_steps=total_steps,
+                step_fn=self._step, hooks=hooks,
+                on_stop=lambda step, state: self._checkpoint(step, state, None),
+                progress=progress, stop_source=stop)
+            self.checkpointer.wait()
+        except NonFiniteLossError as e:
+            left = self.checkpointer.set_aside_diverged(e.first_bad_checkpoint)
+            raise NonFiniteLossError(f"{e}; {left}", e.first_bad_checkpoint) from None
+        finally:
+            self.batches.close()
+            self.writer.close()
+        if self.is_main:
+            if s.train.plot:
+                plot_curves(self.workdir)
+            report_outputs(self.workdir, last_step, total_steps, s.train.plot)
+        return self.logger.last_logged
+
+    def _evaluate(self, step: int, state, _metrics) -> None:
+        """The eval loss on train.eval_batches held-out batches of the step's phase (placed once
+        per sequence length)."""
+        phase = self.s.schedule.phase_at(step - 1)
+        if phase.seq_len not in self.eval_cache:
+            self.eval_cache[phase.seq_len] = [
+                partitioning.global_batch(b, self.mesh)
+                for b in self.data.eval_batches(phase, self.s.train.eval_batches)]
+        sums = [self.eval_step(state.params, b) for b in self.eval_cache[phase.seq_len]]
+        if sums:
+            summary = window_summary(jax.device_get(sums), self.objective.summarize)
+            self.writer.write(step, {f"eval_{k}": v for k, v in summary.items()})
+
+    def _checkpoint(self, step: int, state, metrics) -> None:
+        """The state with the data iterator's position: a resume continues bit for bit."""
+        self.logger.flush()
+        self.checkpointer.save(step, state, self.batches.get_state(), metrics=metrics)
+
+
+def report_outputs(workdir: str, step: int, total_steps: int, plotted: bool) -> None:
+    lines = [f"\nstep {step} of {total_steps}; workdir {workdir}",
+             f"  checkpoints: {os.path.join(workdir, 'checkpoints')}",
+             f"  metrics:     {os.path.join(workdir, 'metrics.jsonl')} "
+             f"(TensorBoard: {os.path.join(workdir, 'tensorboard')})"]
+    if plotted:
+        lines.append(f"  curves:      {os.path.join(workdir, 'curves.png')}")
+    if step < total_steps:
+        lines.append("  continue:    run the same command again; it resumes from the checkpoint")
+    else:
+        lines += ["  fine-tune:   python -m bertjax.main --config=configs/finetune_sentiment.py "
+                  f"--workdir=DIR --config.init_checkpoint={workdir}",
+                  f"  export:      python -m bertjax.export --workdir {workdir} --format hf "
+                  "--output DIR"]
+    print("\n".join(lines), file=sys.stderr)
