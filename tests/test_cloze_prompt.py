@@ -26,14 +26,14 @@ from bertjax.cli import main
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.core.errors import UserError
 from bertjax.finetune import cloze, readers
-from bertjax.finetune.readers import TextExample
+from bertjax.finetune.examples import TextExample
 from bertjax.finetune.tasks import TaskSettings, make_task
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 from bertjax.model.task_heads import SequenceClassifier
 from bertjax.train.metrics_log import read_metrics
-from test_export import save_workdir
+from saved_runs import save_workdir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERBALIZER = "negative:bad,positive:good"

@@ -27,43 +27,11 @@ from bertjax.data.tokenizer import load_tokenizer
 from bertjax.interop import hf_bert_config, hf_files, hf_layout, params_dir
 from bertjax.model import layout
 from bertjax.model.encoder import Encoder
-from test_hf_parity import PAIRS, TOL, randomize, run_hf, run_ours, text_batch
+from cli_checks import assert_one_line_error, leftovers, run_cli, snapshot
+from hf_reference import PAIRS, TOL, randomize, run_hf, run_ours, save_hf_dir, text_batch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
-
-
-def run_cli(module, argv, capsys):
-    """(exit status, stdout, stderr) of a CLI's main()."""
-    capsys.readouterr()  # only what the CLI prints
-    try:
-        module.main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line_error(code, err, *phrases):
-    assert code == 2, err
-    assert err.startswith("bertjax: error:") and err.count("\n") == 1, err
-    for phrase in phrases:
-        assert phrase in err, err
-
-
-def leftovers(parent):
-    """Staging directories an interrupted export would leave."""
-    return [name for name in os.listdir(parent) if ".tmp-" in name or ".old-" in name]
-
-
-def save_hf_dir(directory, model, vocab_path, *, lowercase=True):
-    """What `save_pretrained` plus a BertTokenizer write: config, weights, vocabulary."""
-    model.save_pretrained(directory)
-    shutil.copy(vocab_path, os.path.join(directory, "vocab.txt"))
-    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
-        json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": lowercase}, f)
-    return str(directory)
 
 
 def random_bert(hidden, heads, intermediate, layers, *, cls=BertForPreTraining, vocab=30522,
@@ -315,16 +283,6 @@ def test_a_corpus_of_another_vocabulary_is_refused_with_from_checkpoint(
                                         init_checkpoint=str(converted))) == 2
     err = capsys.readouterr().err
     assert "another vocabulary than the init checkpoint's" in err and err.count("\n") == 1
-
-
-def snapshot(directory):
-    digest = {}
-    for root, _, files in os.walk(directory):
-        for name in files:
-            with open(os.path.join(root, name), "rb") as f:
-                digest[os.path.relpath(os.path.join(root, name), directory)] = hashlib.sha1(
-                    f.read()).hexdigest()
-    return digest
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from bertjax.parallel.mesh import make_mesh
 from bertjax.train.optimizer import OptimizerConfig, make_optimizer
 from bertjax.train.state import create_train_state
 from bertjax.train.step import make_train_step
-from test_finetune import compilation_cache, finetune, results, vocab_dir  # noqa: F401
+from finetune_runs import finetune, results
 
 TEACHER = {"data.max_train_examples": 2000, "data.max_eval_examples": 400,
            "data.max_seq_len": 40, "train.epochs": 2, "train.bucket_multiple": 0}
@@ -119,10 +119,10 @@ def test_alpha_zero_is_plain_fine_tuning_exactly():
 # --- end to end --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def teacher_run(tmp_path_factory, vocab_dir):  # noqa: F811
+def teacher_run(tmp_path_factory, finetune_vocab_dir):
     """A tiny (2-layer) teacher fine-tuned on 2,000 real movie-review sentences."""
     workdir = str(tmp_path_factory.mktemp("teacher") / "wd")
-    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir},
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
                     **TEACHER) == 0
     return workdir
 
@@ -159,15 +159,15 @@ def test_a_student_of_the_first_layer_learns_from_the_teacher(teacher_run, tmp_p
     assert count(s_model) < count(t_model)
 
 
-def test_a_tagger_is_distilled_per_labelled_token(tmp_path, vocab_dir):  # noqa: F811
+def test_a_tagger_is_distilled_per_labelled_token(tmp_path, finetune_vocab_dir):
     """The token-classification path through the job: the teacher's [rows, L, tags] logits are
     cached and the student trains on them (learning itself: the objective's tests above)."""
     tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")[:32]
     path = tmp_path / "tweets.conll"
     path.write_text("".join("".join(f"{w}\t{t}\n" for w, t in zip(e.words, e.tags)) + "\n"
                             for e in tweets), encoding="utf-8")
-    data = {"data.tokenizer": vocab_dir, "data.train": str(path), "data.eval": str(path),
-            "data.max_seq_len": 32, "train.epochs": 1, "train.batch_size": 16}
+    data = {"data.tokenizer": finetune_vocab_dir, "data.train": str(path),
+            "data.eval": str(path), "data.max_seq_len": 32, "train.epochs": 1, "train.batch_size": 16}
     teacher = str(tmp_path / "teacher")
     assert finetune("finetune_ner", teacher, **data) == 0
     student = str(tmp_path / "student")
@@ -185,7 +185,7 @@ def test_a_tagger_is_distilled_per_labelled_token(tmp_path, vocab_dir):  # noqa:
 @pytest.mark.parametrize("case", ["alpha", "temperature", "not_finetuned", "task", "labels",
                                   "regression", "too_many_layers", "layers_and_init", "crf",
                                   "vocabulary", "no_teacher"])
-def test_bad_input_is_one_line_and_exit_2(case, teacher_run, vocab_dir, tmp_path,  # noqa: F811
+def test_bad_input_is_one_line_and_exit_2(case, teacher_run, finetune_vocab_dir, tmp_path,
                                           capsys, minilm_dir):
     other = tmp_path / "other.tsv"
     other.write_text("sentence\tlabel\ngood film\tgood\nbad film\tbad\n", encoding="utf-8")

@@ -24,7 +24,7 @@ from bertjax.train.metrics_log import read_metrics
 from bertjax.train.optimizer import OptimizerConfig, make_optimizer
 from bertjax.train.state import create_train_state
 from pretrain_runs import run_child, tiny_args
-from test_finetune_start import batch_shapes
+from mesh_batches import batch_shapes
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -22,7 +22,8 @@ from bertjax.inference.api import Model
 from bertjax.evaluation import lee
 from bertjax.core.errors import UserError
 from bertjax.evaluation import correlation, similarity, tfidf
-from test_convert import assert_one_line_error, run_cli, save_hf_dir
+from cli_checks import assert_one_line_error, run_cli
+from hf_reference import save_hf_dir
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 SHORT = 48  # a limit that cuts some of the real sentences below

@@ -33,11 +33,11 @@ from bertjax.train import warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.state import TrainState
 from bertjax.jobs.run_directory import RunDirectory
-from test_convert import assert_one_line_error, leftovers, run_cli, snapshot
-from test_hf_parity import PAIRS, TOL, run_hf, run_ours, text_batch
+from cli_checks import assert_one_line_error, leftovers, run_cli, snapshot
+from hf_reference import PAIRS, TOL, run_hf, run_ours, text_batch
+from saved_runs import STEP, random_params, save_workdir
 from trees import flat
 
-STEP = 7
 
 
 @pytest.fixture(scope="module")
@@ -46,32 +46,6 @@ def tokenizer_dir(tmp_path_factory, bert_vocab_path):
     directory = str(tmp_path_factory.mktemp("tokenizer") / "tokenizer")
     WordPieceTokenizer.from_vocab_file(bert_vocab_path).save(directory)
     return directory
-
-
-def random_params(model: nn.Module, inputs: tuple, seed: int) -> dict:
-    """Random values in every parameter (LayerNorm scales near 1), from shapes alone."""
-    shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), *inputs)["params"])
-    rng = np.random.default_rng(seed)
-
-    def draw(path, s):
-        base = 1.0 if getattr(path[-1], "key", "") == "scale" else 0.0
-        return (base + 0.1 * rng.standard_normal(s.shape)).astype(s.dtype)
-
-    return jax.tree_util.tree_map_with_path(draw, shapes)
-
-
-def save_workdir(workdir: str, params: dict, encoder: EncoderConfig, *, task: str, heads: dict,
-                 tokenizer_dir: str) -> str:
-    """A workdir as a run leaves it: an Orbax train state (with AdamW moments) and run.json."""
-    params = jax.tree.map(jnp.asarray, params)
-    state = TrainState(step=jnp.int32(STEP), params=params,
-                       opt_state=optax.adamw(1e-3).init(params), rng=jax.random.PRNGKey(0))
-    with Checkpointer(workdir) as checkpointer:
-        checkpointer.save(STEP, state, {"position": STEP})
-    RunDirectory(workdir).write_record({"task": task}, info={
-        "task": task, "encoder": dataclasses.asdict(encoder), "heads": heads,
-        "tokenizer_dir": tokenizer_dir})
-    return workdir
 
 
 def pretraining_workdir(root, tokenizer_dir, config, *, nsp=True, sbo=False, seed=0):

@@ -15,7 +15,6 @@ import jax
 import numpy as np
 import pytest
 
-import finetune_data
 from bertjax.inference import loading
 from bertjax.cli import main
 from bertjax.finetune import evaluation, readers
@@ -25,64 +24,9 @@ from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.interop import params_dir
 from bertjax.train import checkpoint
 from bertjax.train.metrics_log import read_metrics
+from finetune_runs import finetune, results
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
-# Fast-learning settings for a from-scratch tiny model (not the fine-tuning defaults).
-TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
-        "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 10,
-        "train.bucket_multiple": 0}
-
-
-def finetune(config: str, workdir: str, **settings) -> int:
-    argv = ["bertjax.cli.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]
-    return main.main(argv + [f"--config.{k}={v}" for k, v in {**TINY, **settings}.items()])
-
-
-def results(workdir: str) -> dict:
-    with open(os.path.join(workdir, "results.json")) as f:
-        return json.load(f)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    """Runs with the same shapes (the resumed run, the second restart, predict) reuse compiled
-    steps: JAX's persistent cache, in a directory of this module's own."""
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    yield
-    jax.config.update("jax_compilation_cache_dir", None)
-
-
-@pytest.fixture(scope="module")
-def vocab_dir(tmp_path_factory, demo_articles) -> str:
-    """A 3,000-token WordPiece vocabulary learned from the tests' real text."""
-    from bertjax.data.tokenizer_training import train_wordpiece
-
-    reviews = readers.read(readers.Source("packaged:movie_reviews:train"), "text")
-    tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")
-    texts = ([e.text for e in reviews] + [" ".join(t.words) for t in tweets]
-             + [s for article in demo_articles for s in article])
-    directory = str(tmp_path_factory.mktemp("vocab") / "tokenizer")
-    train_wordpiece(texts, vocab_size=3000).save(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def wiki_tasks(tmp_path_factory, demo_articles) -> dict:
-    """SQuAD JSON and QNLI-style TSV files from the Wikipedia articles (see finetune_data)."""
-    root = tmp_path_factory.mktemp("wiki_tasks")
-    records = finetune_data.year_questions(demo_articles)
-    train, dev = finetune_data.split_by_article(records)
-    paths = {name: str(root / name) for name in
-             ("qa_train.json", "qa_dev.json", "pair_train.tsv", "pair_dev.tsv")}
-    finetune_data.write_squad(paths["qa_train.json"], train)
-    finetune_data.write_squad(paths["qa_dev.json"], dev)
-    finetune_data.write_qnli(paths["pair_train.tsv"], train, demo_articles, seed=0)
-    finetune_data.write_qnli(paths["pair_dev.tsv"], dev, demo_articles, seed=1)
-    return paths
-
-
 # Logged every step: a resumed run then logs exactly what an uninterrupted one does (a window
 # of steps straddling the crash would average fewer steps).
 SENTIMENT = {"data.max_train_examples": 2000, "data.max_eval_examples": 400,
@@ -90,9 +34,9 @@ SENTIMENT = {"data.max_train_examples": 2000, "data.max_eval_examples": 400,
 
 
 @pytest.fixture(scope="module")
-def sentiment_run(tmp_path_factory, vocab_dir) -> str:
+def sentiment_run(tmp_path_factory, finetune_vocab_dir) -> str:
     workdir = str(tmp_path_factory.mktemp("sentiment") / "wd")
-    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir},
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
                     **SENTIMENT) == 0
     return workdir
 
@@ -123,9 +67,9 @@ def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
     assert bundle.params["classifier"]["kernel"].shape == (128, 2)
 
 
-def test_regression_learns(tmp_path, vocab_dir):
+def test_regression_learns(tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")
-    assert finetune("finetune_regression", workdir, **{"data.tokenizer": vocab_dir},
+    assert finetune("finetune_regression", workdir, **{"data.tokenizer": finetune_vocab_dir},
                     **SENTIMENT) == 0
     r = results(workdir)
     assert r["main_metric"] == "pearson"
@@ -133,7 +77,7 @@ def test_regression_learns(tmp_path, vocab_dir):
     assert r["eval"]["pearson"] > 0.2 and r["eval"]["spearman"] > 0.2, r["history"]
 
 
-def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, vocab_dir):
+def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, finetune_vocab_dir):
     """The tagging path through the job: CoNLL in, CRF loss, Viterbi, entity F1, run.json, and
     predict's tags per word. (A from-scratch tiny model does not leave the all-O plateau of
     tweets (5% entity tokens) within a test's budget; that the CRF tagger learns real tweets is
@@ -144,7 +88,7 @@ def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, vocab_dir):
                             for e in tweets), encoding="utf-8")
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_ner", workdir, **{
-        "data.tokenizer": vocab_dir, "finetune.crf": True, "data.train": str(path),
+        "data.tokenizer": finetune_vocab_dir, "finetune.crf": True, "data.train": str(path),
         "data.eval": str(path), "data.max_seq_len": 64, "train.epochs": 2}) == 0
     r = results(workdir)
     assert r["main_metric"] == "entity_f1" and len(r["history"]) == 2
@@ -165,10 +109,10 @@ def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, vocab_dir):
                for p in predicted)
 
 
-def test_sentence_pair_classification_learns(tmp_path, vocab_dir, wiki_tasks):
+def test_sentence_pair_classification_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_pair", workdir, **{
-        "data.tokenizer": vocab_dir, "data.train": wiki_tasks["pair_train.tsv"],
+        "data.tokenizer": finetune_vocab_dir, "data.train": wiki_tasks["pair_train.tsv"],
         "data.eval": wiki_tasks["pair_dev.tsv"], "data.text_column": "question",
         "data.text_pair_column": "sentence", "data.label_column": "label",
         "data.max_seq_len": 64, "data.max_eval_examples": 300, "train.epochs": 2}) == 0
@@ -177,10 +121,10 @@ def test_sentence_pair_classification_learns(tmp_path, vocab_dir, wiki_tasks):
     assert r["eval"]["accuracy"] > 0.6 and r["eval"]["f1"] > 0.6, r["history"]
 
 
-def test_extractive_qa_learns(tmp_path, vocab_dir, wiki_tasks):
+def test_extractive_qa_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_qa", workdir, **{
-        "data.tokenizer": vocab_dir, "data.train": wiki_tasks["qa_train.json"],
+        "data.tokenizer": finetune_vocab_dir, "data.train": wiki_tasks["qa_train.json"],
         "data.eval": wiki_tasks["qa_dev.json"], "data.max_seq_len": 96,
         "data.max_query_length": 40, "data.doc_stride": 32, "data.max_answer_length": 8,
         "data.max_eval_examples": 300, "train.epochs": 1}) == 0
@@ -196,7 +140,7 @@ class Crash(Exception):
     pass
 
 
-def test_resume_after_a_crash_is_exact(sentiment_run, vocab_dir, tmp_path, monkeypatch):
+def test_resume_after_a_crash_is_exact(sentiment_run, finetune_vocab_dir, tmp_path, monkeypatch):
     """Killed right after the epoch-1 checkpoint, then the same command: the log, the results and
     the best parameters are those of the uninterrupted run (sentiment_run)."""
     workdir = str(tmp_path / "wd")
@@ -209,11 +153,11 @@ def test_resume_after_a_crash_is_exact(sentiment_run, vocab_dir, tmp_path, monke
 
     monkeypatch.setattr(checkpoint.Checkpointer, "save", save_then_crash)
     with pytest.raises(Crash):
-        finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir}, **SENTIMENT)
+        finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir}, **SENTIMENT)
     monkeypatch.setattr(checkpoint.Checkpointer, "save", save)
     assert os.listdir(os.path.join(workdir, "checkpoints")) == [str(results(sentiment_run)[
         "steps_per_epoch"])]
-    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir},
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
                     **SENTIMENT) == 0
 
     def logged(w):
@@ -228,15 +172,15 @@ def test_resume_after_a_crash_is_exact(sentiment_run, vocab_dir, tmp_path, monke
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
     # Running a finished workdir again does nothing.
-    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": vocab_dir},
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
                     **SENTIMENT) == 0
     assert logged(workdir) == logged(sentiment_run)
 
 
-def test_restarts_keep_the_best_seed(tmp_path, vocab_dir):
+def test_restarts_keep_the_best_seed(tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_sentiment", workdir, **{
-        "data.tokenizer": vocab_dir, "train.restarts": 2, "data.max_train_examples": 128,
+        "data.tokenizer": finetune_vocab_dir, "train.restarts": 2, "data.max_train_examples": 128,
         "data.max_eval_examples": 64, "data.max_seq_len": 40, "train.epochs": 1}) == 0
     r = results(workdir)
     runs = [results(os.path.join(workdir, f"restart_{k}")) for k in range(2)]
@@ -324,9 +268,9 @@ def _table(tmp_path, name, text):
 
 @pytest.mark.parametrize("case", ["missing_label", "unseen_label", "empty_split", "no_column",
                                   "no_checkpoint", "no_tokenizer", "predict_untrained"])
-def test_bad_input_is_one_line_and_exit_2(tmp_path, vocab_dir, capsys, case):
+def test_bad_input_is_one_line_and_exit_2(tmp_path, finetune_vocab_dir, capsys, case):
     train = _table(tmp_path, "train.tsv", "sentence\tlabel\ngood\tpos\nbad\tneg\n")
-    settings = {"data.tokenizer": vocab_dir, "data.train": train, "data.eval": train}
+    settings = {"data.tokenizer": finetune_vocab_dir, "data.train": train, "data.eval": train}
     expected = {
         "missing_label": ("data.eval", _table(tmp_path, "m.tsv", "sentence\tlabel\nok\t\n"),
                           "m.tsv:2: the label is missing"),

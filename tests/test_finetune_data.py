@@ -11,10 +11,12 @@ import tensorflow_datasets as tfds
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.core.errors import UserError
-from bertjax.finetune import batches, datasets, features, readers
+from bertjax.finetune import batches, features, readers
+from bertjax.finetune.packaged import datasets
 from bertjax.jobs import task_data
 from bertjax.settings import finetune as finetune_settings
-from bertjax.finetune.readers import Columns, Source, TaggedExample, TextExample
+from bertjax.finetune.examples import QAExample, TaggedExample, TextExample
+from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "new", "york", "times", "is",
@@ -290,7 +292,7 @@ def test_unseen_and_non_bio_labels_are_refused(tokenizer):
 
 
 def _qa(context, answer, start, qid="q"):
-    return readers.QAExample(qid, "when was it founded ?", context, [(answer, start)])
+    return QAExample(qid, "when was it founded ?", context, [(answer, start)])
 
 
 def test_qa_windows_keep_the_answer_and_map_back_to_the_text(tokenizer):

@@ -14,7 +14,7 @@ from bertjax.cli import main
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.core.errors import UserError
 from bertjax.inference import loading
-from bertjax.jobs.finetune import starting_point
+from bertjax.jobs.starting_point import starting_point
 from bertjax.settings import finetune as finetune_settings
 from bertjax.train import freezing, warm_start
 from bertjax.interop import hf_bert_config, hf_layout, params_dir
@@ -26,6 +26,7 @@ from bertjax.parallel.mesh import make_mesh
 from bertjax.train.optimizer import OptimizerConfig, make_optimizer
 from bertjax.train.state import create_train_state
 from bertjax.train.step import make_train_step
+from mesh_batches import batch_shapes
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,14 +37,6 @@ SMALL = dict(num_layers=3, hidden_size=32, num_heads=2, intermediate_size=64, vo
 def load_encoder(directory, params, shardings, reinit_top_layers, num_layers):
     return warm_start.load_encoder(directory, loading.load(directory).params, params, shardings,
                                    reinit_top_layers, num_layers)
-
-
-def batch_shapes(mesh, rows=8, length=8, **extra):
-    sharding = partitioning.batch_sharding(mesh)
-    spec = {"input_ids": np.int32, "segment_ids": np.int32, "input_mask": np.int32,
-            "label": np.int32, "weight": np.float32, **extra}
-    return {k: jax.ShapeDtypeStruct((rows, length) if k.startswith(("input", "segment"))
-                                    else (rows,), v, sharding=sharding) for k, v in spec.items()}
 
 
 @pytest.fixture(scope="module")

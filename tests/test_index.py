@@ -96,18 +96,10 @@ def test_exact_search_equals_numpy_brute_force(count, k, chunk_rows, query_rows)
 # --- real data ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", autouse=True)
-def compilation_cache(tmp_path_factory):
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    yield
-    jax.config.update("jax_compilation_cache_dir", None)
-
-
-@pytest.fixture(scope="module", autouse=True)
 def cached_models():
     """Each model path is loaded (and its functions compiled) once for the module."""
     loaded = {}
-    load = index.load_model
+    load = cli.load_model
 
     def cached(path, step=None, batch_size=32):
         key = (os.path.realpath(path), step, batch_size)
@@ -116,7 +108,7 @@ def cached_models():
         return loaded[key]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(index, "load_model", cached)
+        patch.setattr(cli, "load_model", cached)
         yield loaded
 
 
@@ -171,7 +163,7 @@ def test_the_index_holds_normalized_vectors_of_its_model(built, wiki, minilm_dir
     assert [d.id for d in opened.documents] == [d["id"] for d in wiki["documents"]]
     assert opened.vectors.dtype == np.float32 and opened.vectors.shape[1] == 384
     np.testing.assert_allclose(np.linalg.norm(opened.vectors, axis=1), 1.0, atol=1e-5)
-    model = index.load_model(minilm_dir)
+    model = cli.load_model(minilm_dir)
     assert manifest["model"]["fingerprint"] == fingerprint(model.loaded.encoder,
                                                            model.loaded.params)
     np.testing.assert_allclose(opened.vectors[:4], model.embed(
@@ -197,7 +189,7 @@ def test_approximate_recall_against_exact_on_minilm_vectors(built, wiki, minilm_
     """The FAISS HNSW top 10 of real sentence queries against the exact top 10 over all the
     MiniLM vectors at hand (passages, and the queries' own vectors as more documents)."""
     opened = index.open_index(built)
-    model = index.load_model(minilm_dir)
+    model = cli.load_model(minilm_dir)
     queries = model.embed([q["text"] for q in wiki["queries"]], "mean", normalize=True)
     corpus = np.concatenate([np.asarray(opened.vectors), queries[::2]])
     graph = approximate.build(corpus)
@@ -318,7 +310,7 @@ def test_search_rerank_and_evaluate_end_to_end(built, wiki, cross_encoder_run, m
         reranked = [json.loads(line) for line in f]
     # The re-ranked top 5 are the cross-encoder's best of the dense top 8, with the scores its
     # own predict gives (compared by value: a barely trained model has near-ties).
-    scorer = CrossEncoder(cross_encoder_run)
+    scorer = CrossEncoder(cli.load_model(cross_encoder_run))
     texts = {d["id"]: d["text"] for d in wiki["documents"]}
     dense_8 = [json.loads(line) for line in run(
         ["search", "--index", built, "--queries", wiki["queries_jsonl"], "--k", "8"], capsys)[1]

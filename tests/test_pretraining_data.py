@@ -19,12 +19,13 @@ from bertjax.data.chunk_permutation import Permutation
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.examples import greedy_boundaries, trimmed_lengths
-from bertjax.cli.inspect import batch_statistics, describe_batch
+from bertjax.data.batch_report import batch_statistics, describe_batch
 from bertjax.data.length_schedule import LengthSchedule, Phase
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.core.errors import UserError
+from bertjax.train import compilation
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = {"input_ids", "segment_ids", "input_mask", "masked_positions", "masked_ids",
@@ -238,10 +239,10 @@ def test_nsp_batches_follow_the_schema(wiki):
 
 
 def test_the_compiled_step_is_shaped_like_the_batches_built(wiki):
-    """The job compiles from schema.abstract_batch: it must agree with the builder's output."""
+    """The job compiles from compilation.abstract_batch: it must agree with the builder's output."""
     data = make_data(wiki, mode="full_sentences", masking=MaskingConfig(strategy="span"))
     batch = next(data.train_iterator(0))
-    abstract = schema.abstract_batch(8, 32, 5, nsp=False, span=True)
+    abstract = compilation.abstract_batch(8, 32, 5, nsp=False, span=True)
     assert {k: (v.shape, v.dtype) for k, v in batch.items()} == \
         {k: (v.shape, v.dtype) for k, v in abstract.items()}
     with pytest.raises(AssertionError, match=r"lacks \['nsp_label'\]"):

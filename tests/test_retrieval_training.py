@@ -1,5 +1,5 @@
 """Dual-encoder retrieval fine-tuning on real Wikipedia pairs (a sentence taken out of a paragraph
--> the rest of the paragraph, `bertjax.finetune.wiki_pairs`): the builder's files, the in-batch
+-> the rest of the paragraph, `bertjax.finetune.packaged.wiki_pairs`): the builder's files, the in-batch
 objective, a tiny from-scratch model that learns to retrieve, separate encoders, `bertjax.load`
 on the result, and bad input.
 """
@@ -21,10 +21,11 @@ from bertjax.core import packaged
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.finetune import features as feats
 from bertjax.finetune import objectives, readers
+from bertjax.finetune.examples import TextExample
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.finetune.tasks.retrieval import text_key
 from bertjax.retrieval import exact, metrics
-from bertjax.finetune import wiki_pairs
+from bertjax.finetune.packaged import wiki_pairs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ("train", "dev", "test")
@@ -248,7 +249,7 @@ def test_separate_encoders_train_two_encoders(shared_run, wiki_dir, tmp_path):
     # load embeds queries with "encoder": the task's query side, not its document side.
     task = task_class("finetune_retrieval")(TaskSettings(**run["task_settings"]), [])
     texts = ["Anarchism is a political philosophy.", "The first letter of the alphabet."]
-    examples = [readers.TextExample(str(i), t, t) for i, t in enumerate(texts)]
+    examples = [TextExample(str(i), t, t) for i, t in enumerate(texts)]
     model = bertjax.load(workdir, max_seq_len=32)
     features = task.featurize(model.tokenizer, examples, "texts", training=False)
     outputs = task.model(model.config, False).apply({"params": trained}, features.arrays)

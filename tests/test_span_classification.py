@@ -17,11 +17,11 @@ from bertjax.inference import api
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.core.errors import UserError
 from bertjax.finetune import readers, spans
-from bertjax.finetune.datasets import entity_spans
+from bertjax.finetune.examples import SpanExample, TaggedExample
+from bertjax.finetune.packaged.datasets import entity_spans
 from bertjax.model import span_heads
 from bertjax.model.config import preset
-from test_finetune import (compilation_cache, finetune, results, vocab_dir,  # noqa: F401
-                          wiki_tasks)
+from finetune_runs import finetune, results
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "new", "york", "##yo", "##rk", "-",
          "based", "un", "##believ", "##able", "!", ",", "mr", ".", "o", "'", "neil", "said",
@@ -74,10 +74,9 @@ def test_unknown_pieces_take_their_whole_word(tokenizer):
 
 def test_features_put_the_span_after_cls_and_count_spans_beyond_max_seq_len(tokenizer):
     text = "new york said , new york said , mr . o ' neil said"
-    examples = [readers.SpanExample("a", text, 0, 8, "loc"),
-                readers.SpanExample("b", text, text.index("neil"), text.index("neil") + 4,
-                                    "per"),
-                readers.SpanExample("c", text, 4, 5, "loc")]  # part of "york": still its token
+    examples = [SpanExample("a", text, 0, 8, "loc"),
+                SpanExample("b", text, text.index("neil"), text.index("neil") + 4, "per"),
+                SpanExample("c", text, 4, 5, "loc")]  # part of "york": still its token
     features = spans.encode_spans(tokenizer, examples, 12, np.array([0, 1, 0]))
     assert features.counts == collections.Counter({spans.BEYOND: 1})
     assert features.example.tolist() == [0, 2]
@@ -90,7 +89,7 @@ def test_features_put_the_span_after_cls_and_count_spans_beyond_max_seq_len(toke
 
 
 def test_entities_of_tagged_tweets_become_character_spans():
-    tweet = readers.TaggedExample("7", ["Go", "New", "York", "Knicks", "!", "Obama"],
+    tweet = TaggedExample("7", ["Go", "New", "York", "Knicks", "!", "Obama"],
                                   ["O", "B-sportsteam", "I-sportsteam", "I-sportsteam", "O",
                                    "B-person"])
     got = [(s.text[s.start:s.end], s.label, s.id) for s in entity_spans(tweet)]
@@ -142,10 +141,10 @@ SPANS = {"data.max_seq_len": 48, "train.epochs": 5, "train.batch_size": 32,
 
 
 @pytest.mark.parametrize("pooling", ["attention"])
-def test_tweet_entity_types_are_learned(pooling, tmp_path, vocab_dir):  # noqa: F811
+def test_tweet_entity_types_are_learned(pooling, tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_span_classification", workdir, **{
-        "data.tokenizer": vocab_dir, "finetune.span_pooling": pooling, **SPANS}) == 0
+        "data.tokenizer": finetune_vocab_dir, "finetune.span_pooling": pooling, **SPANS}) == 0
     dev = [e.label for e in readers.read(readers.Source("packaged:tweet_entities:dev"), "span")]
     majority = collections.Counter(dev).most_common(1)[0][1] / len(dev)
     r = results(workdir)
@@ -166,7 +165,7 @@ def test_tweet_entity_types_are_learned(pooling, tmp_path, vocab_dir):  # noqa: 
 
 @pytest.mark.parametrize("case", ["outside", "start_after_end", "empty", "not_a_number",
                                   "no_column", "pooling"])
-def test_bad_input_is_one_line_and_exit_2(case, tmp_path, vocab_dir, capsys):  # noqa: F811
+def test_bad_input_is_one_line_and_exit_2(case, tmp_path, finetune_vocab_dir, capsys):
     good = '{"text": "new york said", "start": 0, "end": 8, "label": "loc"}\n' \
            '{"text": "mr neil said", "start": 3, "end": 7, "label": "per"}\n'
     rows = {"outside": '{"text": "new york", "start": 4, "end": 9, "label": "loc"}\n',
@@ -181,7 +180,8 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path, vocab_dir, capsys):  #
                 "pooling": "finetune.span_pooling must be one of mean, attention"}
     path = tmp_path / "train.jsonl"
     path.write_text(good + rows[case], encoding="utf-8")
-    settings = {"data.tokenizer": vocab_dir, "data.train": str(path), "data.eval": str(path)}
+    settings = {"data.tokenizer": finetune_vocab_dir, "data.train": str(path),
+                "data.eval": str(path)}
     if case == "empty":
         path.write_text("", encoding="utf-8")
         messages["empty"] = "no examples in"
@@ -232,10 +232,10 @@ def test_the_qa_span_scorer_equals_the_mlp_on_each_span_representation():
                 assert got[i, width] == pytest.approx(expected, rel=1e-4, abs=1e-5), (i, width)
 
 
-def test_qa_with_the_span_scorer_learns(tmp_path, vocab_dir, wiki_tasks):  # noqa: F811
+def test_qa_with_the_span_scorer_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_qa", workdir, **{
-        "data.tokenizer": vocab_dir, "data.train": wiki_tasks["qa_train.json"],
+        "data.tokenizer": finetune_vocab_dir, "data.train": wiki_tasks["qa_train.json"],
         "data.eval": wiki_tasks["qa_dev.json"], "data.max_seq_len": 96,
         "data.max_query_length": 40, "data.doc_stride": 32, "data.max_answer_length": 8,
         "data.max_eval_examples": 300, "train.epochs": 1, "finetune.qa_scorer": "span"}) == 0

@@ -34,7 +34,7 @@ from bertjax.train.optimizer import OptimizerConfig, decay_mask, make_optimizer
 from bertjax.train.state import TrainState, abstract_train_state
 from bertjax.train.step import make_train_step
 from configs import finetune_base
-from test_hf_parity import randomize, text_batch
+from hf_reference import randomize, text_batch
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 STEPS, TOTAL_STEPS, WARMUP = 3, 5, 0.25  # 5 steps, a quarter warmup: HF rounds it up to 2

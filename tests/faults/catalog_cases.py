@@ -1,5 +1,6 @@
 """The catalog of bad input: realistic mistakes for every command-line entry point, each one a
-`Case` that test_catalog.py runs as a real subprocess and expects refused in one line.
+`Case` that test_catalog.py runs (in-process, or as a real process where that matters) and
+expects refused in one line.
 
 Arguments are templates. `{pre}`, `{ft}`, `{params}`, `{hf}`, `{corpus}` and `{files}` name the
 shared inputs (a finished pretraining workdir, a finished fine-tuning workdir made from it, its
@@ -26,7 +27,7 @@ GARBAGE = b"\x00\xff\xfe garbage \x13\x37 not json {"
 @dataclasses.dataclass(frozen=True)
 class Case:
     id: str
-    module: str                  # run as `python -m bertjax.<module>`
+    module: str                  # `python -m bertjax.<module>`
     args: tuple[str, ...]        # templates (see the module docstring)
     expect: str                  # a phrase of the one error line: the reason it was refused
     setup: Callable[[str, dict], None] | None = None  # (tmp, paths) -> None: the case's inputs

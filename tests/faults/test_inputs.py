@@ -8,7 +8,6 @@ export's log noise and private permissions, and a full disk during preparation (
 """
 
 import dataclasses
-import hashlib
 import json
 import os
 import shlex
@@ -24,15 +23,17 @@ import numpy as np
 import optax
 import pytest
 
+import cli_in_process
 from bertjax.data import corpus
 
-from bertjax.cli import inspect
+from bertjax.data import batch_report
 from bertjax.data.tokenizer import SPECIAL_TOKENS, WordPieceTokenizer
 from bertjax.core.errors import UserError
 from bertjax.finetune import readers
 from bertjax.finetune.readers import Source
 from bertjax.finetune.tasks import base as task_base
 from bertjax.settings import finetune as finetune_settings
+from faults.file_trees import md5s
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON = sys.executable
@@ -40,13 +41,12 @@ UMASK = 0o027  # not the usual 022, so that "follows the umask" cannot pass by a
 WORDS = "the a cat dog sat on mat river bank money flows north south city old new house".split()
 
 
-def cli(module: str, *args: str, cwd: str = REPO) -> subprocess.CompletedProcess:
-    """A real run of `python -m bertjax.MODULE ARGS`, importing this worktree's bertjax."""
-    env = {**os.environ, "PYTHONPATH": REPO, "TOKENIZERS_PARALLELISM": "false"}
-    old = os.umask(UMASK)  # inherited by the child (a preexec_fn would fork a threaded process)
+def cli(module: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m bertjax.MODULE ARGS` run in this process (cli_in_process: the refusals are our
+    code's), under UMASK. The full disk below is a real process: it needs its own mount."""
+    old = os.umask(UMASK)
     try:
-        return subprocess.run([PYTHON, "-m", f"bertjax.{module}", *args], cwd=cwd, env=env,
-                              capture_output=True, text=True, timeout=300)
+        return cli_in_process.run(module, *args)
     finally:
         os.umask(old)
 
@@ -58,18 +58,6 @@ def assert_refused(run: subprocess.CompletedProcess, *phrases: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("bertjax: error: "), run.stderr
     for phrase in phrases:
         assert phrase in lines[0], lines[0]
-
-
-def md5s(root: str) -> dict[str, str]:
-    """Every file under root (or root itself) with its md5."""
-    paths = [root] if os.path.isfile(root) else [
-        os.path.join(d, n) for d, _, names in os.walk(root) for n in names]
-    result = {}
-    for path in sorted(paths):
-        with open(path, "rb") as f:
-            result[os.path.relpath(path, root) if path != root else "."] = \
-                hashlib.md5(f.read()).hexdigest()
-    return result
 
 
 def modes(root: str) -> set[tuple[str, int]]:
@@ -106,9 +94,9 @@ def test_inspect_dump_refuses_an_existing_file_before_any_work_and_follows_the_u
     old = os.umask(UMASK)
     try:
         with pytest.raises(UserError, match="already exists"):
-            inspect.write_dump(str(existing), [batch])
-        inspect.write_dump(str(existing), [batch], overwrite=True)
-        inspect.write_dump(str(tmp_path / "new.npz"), [batch])
+            batch_report.write_dump(str(existing), [batch])
+        batch_report.write_dump(str(existing), [batch], overwrite=True)
+        batch_report.write_dump(str(tmp_path / "new.npz"), [batch])
     finally:
         os.umask(old)
     for path in (existing, tmp_path / "new.npz"):

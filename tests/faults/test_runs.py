@@ -15,12 +15,10 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+import cli_in_process
 from bertjax.inference import loading
 from bertjax.train.metrics_log import read_metrics
-from pretrain_runs import CHILD, REPO, child_env, run_child, tiny_args
-
-SHORT = {"train.steps": 6, "train.checkpoint_every": 3, "train.eval_every": 0,
-         "schedule.long_fraction": 0.0, "train.keep_checkpoints": 0}
+from pretrain_runs import CHILD, REPO, SHORT, child_env, run_child, tiny_args
 
 
 def snapshot(directory):
@@ -40,18 +38,16 @@ def one_error_line(err):
     return lines[0]
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", *args], env=child_env(), cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+def refused_here(args):
+    """A run that must be refused before any step, in this process: the refusal is our code's,
+    not the process's (the runs that train, resume or take signals are real processes)."""
+    return cli_in_process.run(args[0], *args[1:])
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, small_corpus_dir):
-    """A finished 6-step run with checkpoints 3 and 6 (copied by each test that damages it)."""
-    workdir = str(tmp_path_factory.mktemp("finished") / "wd")
-    done = run_child(tiny_args(workdir, small_corpus_dir, **SHORT))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return workdir
+@pytest.fixture
+def finished(finished_short_run):
+    """conftest's finished 6-step run (checkpoints 3 and 6), copied by each test that damages it."""
+    return finished_short_run
 
 
 def copy_of(finished, tmp_path):
@@ -81,6 +77,8 @@ def test_every_checkpoint_damaged_is_one_line_and_exit_2(finished, small_corpus_
     workdir = copy_of(finished, tmp_path)
     for state in glob.glob(os.path.join(workdir, "checkpoints", "*", "state")):
         shutil.rmtree(state)
+    # A real one-device process: the refusal comes after the train state is built, whose compile
+    # at this process's 8 devices costs more than a child's start.
     refused = run_child(tiny_args(workdir, small_corpus_dir, **{**SHORT, "train.steps": 8}))
     assert refused.returncode == 2
     assert "restores" in one_error_line(refused.stderr)
@@ -162,7 +160,7 @@ def test_a_refused_command_leaves_the_workdir_as_it_was(finished, small_corpus_d
                 f"--config.data.eval={data}"]
     else:
         args = tiny_args(finished, small_corpus_dir, **{**SHORT, "train.steps": 8, **overrides})
-    refused = run_child(args)
+    refused = refused_here(args)
     assert refused.returncode == 2
     assert message in one_error_line(refused.stderr)
     assert snapshot(finished) == before
@@ -172,7 +170,7 @@ def test_refused_commands_create_no_workdir(small_corpus_dir, tmp_path):
     for overrides in ({"schedule.short_seq_len": 1024},
                       {"init_checkpoint": str(tmp_path / "missing")}):
         workdir = str(tmp_path / "new")
-        refused = run_child(tiny_args(workdir, small_corpus_dir, **{**SHORT, **overrides}))
+        refused = refused_here(tiny_args(workdir, small_corpus_dir, **{**SHORT, **overrides}))
         assert refused.returncode == 2, refused.stderr[-2000:]
         one_error_line(refused.stderr)
         assert not os.path.exists(workdir)
@@ -187,13 +185,13 @@ def test_a_truncated_init_checkpoint_is_one_line_and_no_workdir(finished, small_
             with open(path, "r+b") as f:
                 f.truncate(100)
     workdir = str(tmp_path / "new")
-    refused = run_child(tiny_args(workdir, small_corpus_dir, **{**SHORT,
+    refused = refused_here(tiny_args(workdir, small_corpus_dir, **{**SHORT,
                                                                 "init_checkpoint": source}))
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert "cannot read the checkpoint" in one_error_line(refused.stderr)
     assert not os.path.exists(workdir)
-    exported = run_cli("bertjax.cli.export", "--workdir", source, "--format", "hf", "--output",
-                       str(tmp_path / "out"), "--overwrite")
+    exported = cli_in_process.run("bertjax.cli.export", "--workdir", source, "--format", "hf",
+                                  "--output", str(tmp_path / "out"), "--overwrite")
     assert exported.returncode == 2
     assert "cannot read the checkpoint" in one_error_line(exported.stderr)
     assert not os.path.exists(tmp_path / "out")
@@ -205,9 +203,9 @@ def test_a_corrupt_run_record_is_one_line_for_main_and_export(finished, small_co
     with open(os.path.join(workdir, "run.json"), "w") as f:
         f.write('{"task": "pretrain", "model": {')
     before = snapshot(workdir)
-    resumed = run_child(tiny_args(workdir, small_corpus_dir, **{**SHORT, "train.steps": 8}))
+    resumed = refused_here(tiny_args(workdir, small_corpus_dir, **{**SHORT, "train.steps": 8}))
     assert resumed.returncode == 2 and "run.json" in one_error_line(resumed.stderr)
-    exported = run_cli("bertjax.cli.export", "--workdir", workdir, "--format", "params", "--output",
-                       str(tmp_path / "out"))
+    exported = cli_in_process.run("bertjax.cli.export", "--workdir", workdir, "--format",
+                                  "params", "--output", str(tmp_path / "out"))
     assert exported.returncode == 2 and "run.json" in one_error_line(exported.stderr)
     assert snapshot(workdir) == before

@@ -1,0 +1,23 @@
+"""Tiny fine-tuning runs for the tests: `python -m bertjax.main` in this process on a tiny model that
+starts from scratch, and the results.json it leaves."""
+
+import json
+import os
+
+from bertjax.cli import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Fast-learning settings for a from-scratch tiny model (not the fine-tuning defaults).
+TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
+        "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 10,
+        "train.bucket_multiple": 0}
+
+
+def finetune(config: str, workdir: str, **settings) -> int:
+    argv = ["bertjax.cli.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]
+    return main.main(argv + [f"--config.{k}={v}" for k, v in {**TINY, **settings}.items()])
+
+
+def results(workdir: str) -> dict:
+    with open(os.path.join(workdir, "results.json")) as f:
+        return json.load(f)
