@@ -40,7 +40,7 @@ sys.path.insert(0, REPO)
 from pretraining_objectives import pretrain_overrides, prepare_corpus  # noqa: E402  (benchmarks/)
 
 from bertjax.core import packaged  # noqa: E402
-from bertjax.data.schema import abstract_batch  # noqa: E402
+from bertjax.train.compilation import abstract_batch  # noqa: E402
 from bertjax.core.errors import UserError, exit_on_user_error  # noqa: E402
 from bertjax.interop import hf_electra  # noqa: E402
 from bertjax.jobs import pretraining_data, pretraining_model  # noqa: E402
@@ -72,7 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--every", type=int, default=50)
     p.add_argument("--eval-batches", type=int, default=8)
     p.add_argument("--corpus", default="",
-                   help="a prepared corpus (bertjax.cli.prepare); default: the demo Wikipedia "
+                   help="a prepared corpus (python -m bertjax.data.prepare); default: the demo Wikipedia "
                         "corpus of benchmarks/pretraining_objectives.py, prepared on first use")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
 """Pretraining batch building rate, examples per second on one core.
 
-Real input: the demo corpus (106 Wikipedia articles) prepared with bertjax.cli.prepare and the
+Real input: the demo corpus (106 Wikipedia articles) prepared with python -m bertjax.data.prepare and the
 real bert-base-uncased vocabulary. Batches are built synchronously (workers=0), so the figures are
 per core; with W workers the pipeline delivers up to about W times as many. Measured per CPU-second
 of this process (the building is single-threaded numpy), so a busy machine distorts the figures

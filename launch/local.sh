@@ -32,7 +32,7 @@ while (($#)); do
     --port=*) port=${1#*=} ;;
     --python=*) python=${1#*=} ;;
     --) shift; break ;;
-    *) die "unknown option $1 (arguments for bertjax.cli.main go after --)" ;;
+    *) die "unknown option $1 (arguments for bertjax.main go after --)" ;;
   esac
   shift
 done

@@ -37,7 +37,7 @@ while (($#)); do
     --version=*) version=${1#*=} ;;
     --steps=*) steps=${1#*=} ;;
     --) shift; break ;;
-    *) die "unknown option $1 (arguments for bertjax.cli.main go after --)" ;;
+    *) die "unknown option $1 (arguments for bertjax.main go after --)" ;;
   esac
   shift
 done

@@ -137,7 +137,7 @@ def test_tpu_vm_dry_run_creates_copies_sets_up_runs_on_all_workers_and_deletes()
         "bertjax && tar -xzf bertjax.tar.gz -C bertjax && python3 -m pip install -q -e "
         "./bertjax '\\''jax[tpu]>=0.10,<0.11'\\'''",
         f"{tpu} ssh bert-1 {TPU_WHERE} --worker=all '--command=cd bertjax && python3 -m "
-        "bertjax.cli.main --config=configs/platform.py:tpu_v4_32 --workdir=/mnt/shared/wd "
+        "bertjax.main --config=configs/platform.py:tpu_v4_32 --workdir=/mnt/shared/wd "
         "'\\''--config.data.input=/mnt/shared/corpus/*.txt'\\'''",
         f"{tpu} delete bert-1 {TPU_WHERE} --quiet",
     ]
@@ -169,7 +169,7 @@ def test_tpu_vm_steps_subset_and_bad_input():
 SLURM = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "gpu[03-04]", "SLURM_NNODES": "2"}
 SRUN_TAIL = ("--ntasks-per-node=1 --kill-on-bad-exit=1 --export=ALL,JAX_COORDINATOR_ADDRESS={},"
              "JAX_NUM_PROCESSES={} bash -c 'export JAX_PROCESS_ID=$SLURM_PROCID; exec \"$0\" -m "
-             "bertjax.cli.main \"$@\"' {} --config=configs/platform.py:gpu_8 --workdir=/shared/wd\n")
+             "bertjax.main \"$@\"' {} --config=configs/platform.py:gpu_8 --workdir=/shared/wd\n")
 
 
 @pytest.mark.parametrize("nodelist, nodes, coordinator", [
