@@ -74,6 +74,8 @@ def _process_state_kept():
             for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning,
                              ResourceWarning):
                 warnings.simplefilter("ignore", category)
+            # As in a child process (conftest's PYTHONWARNINGS): the suite's shared cache, not ours.
+            warnings.filterwarnings("ignore", message="Error reading persistent compilation cache")
             warnings.showwarning = lambda message, category, filename, lineno, file=None, \
                 line=None: sys.stderr.write(warnings.formatwarning(message, category, filename,
                                                                    lineno, line))

@@ -20,6 +20,7 @@ from bertjax.retrieval import approximate, exact, index, metrics
 from bertjax.cli import index as cli
 from bertjax.retrieval.fingerprint import fingerprint
 from bertjax.retrieval.rerank import CrossEncoder
+from cli_checks import run_cli
 from retrieval_pairs import cross_encoder_pairs, sentence_passages, write_jsonl, write_pairs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,14 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run(argv, capsys):
     """(exit status, stdout, stderr) of `python -m bertjax.index ARGV`, in-process."""
-    capsys.readouterr()
-    try:
-        cli.main(argv)
-        code = 0
-    except SystemExit as e:
-        code = e.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(cli, argv, capsys)
 
 
 def assert_refused(result, *phrases):
