@@ -1,7 +1,18 @@
-"""Sentence embeddings of a text file, one text a line, as a float32 [N, H] .npy file.
+"""Sentence embeddings of a text file, one text a line, as a float32 [N, H] .npy file; or the
+standardisation statistics of a model's vectors on a reference corpus.
 
     python -m bertjax.embed --model PATH --input FILE --output OUT.npy --pooling mean \\
-        [--layers all|-1|0,3,...] [--normalize] [--batch-size N] [--max-seq-len N] [--overwrite]
+        [--layers all|-1|0,3,...] [--normalize] [--standardize STATS] [--batch-size N]
+        [--max-seq-len N] [--overwrite]
+    python -m bertjax.embed --model PATH --fit-standardizer CORPUS --output STATS.npz \\
+        [--method zscore|all-but-the-top] [--components D] (--pooling mean | --word-vectors)
+        [--layers ...] [--overwrite]
+
+With --standardize, each vector is transformed by the statistics (z-scored, or all-but-the-top;
+`bertjax.vectors.standardizer`) before --normalize; the statistics must be of this model, this
+pooling and these layers. --fit-standardizer fits them on CORPUS (one text a line); with
+--word-vectors on the word vectors of its whitespace-split words (what `Model.word_vectors` and
+the sense index compare) instead of pooled sentence vectors.
 
 PATH is anything `bertjax.load` takes (a workdir, a params export, a Hugging Face BERT directory).
 Row i of OUT is line i of FILE; a blank line is embedded as an empty text ([CLS] [SEP]) so the rows
@@ -23,7 +34,10 @@ import numpy as np
 from bertjax.cli import entry, model_options
 from bertjax.core.atomic_files import replacing
 from bertjax.core.errors import UserError
+from bertjax.inference import standardizing
 from bertjax.model.pooling import POOLINGS
+from bertjax.vectors import standardizer
+from bertjax.vectors.standardizer import METHODS, ZSCORE
 
 
 def read_texts(path: str) -> list[str]:
@@ -63,22 +77,67 @@ def _check_output(output: str, input_path: str, overwrite: bool) -> None:
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = entry.ArgumentParser(prog="python -m bertjax.embed",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--input", required=True, help="a UTF-8 text file, one text a line")
-    parser.add_argument("--output", required=True, help="the .npy file to write")
-    parser.add_argument("--pooling", required=True, choices=POOLINGS,
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", help="a UTF-8 text file, one text a line")
+    source.add_argument("--fit-standardizer", dest="fit_standardizer", metavar="CORPUS",
+                        help="fit standardisation statistics on CORPUS (one text a line) and "
+                             "write them to --output")
+    parser.add_argument("--output", required=True, help="the .npy (or statistics .npz) to write")
+    parser.add_argument("--pooling", choices=POOLINGS,
                         help="cls: the [CLS] state; mean / max over the tokens; last4_mean: mean "
                              "of the last four layers, then over the tokens")
     parser.add_argument("--normalize", action="store_true", help="scale each vector to length 1")
+    parser.add_argument("--standardize", metavar="STATS",
+                        help="statistics from --fit-standardizer to transform the vectors by")
+    parser.add_argument("--method", choices=METHODS, default=ZSCORE,
+                        help="with --fit-standardizer: zscore (default) or all-but-the-top")
+    parser.add_argument("--components", type=int, default=None,
+                        help="all-but-the-top: principal components removed (default H/100)")
+    parser.add_argument("--word-vectors", action="store_true", dest="word_vectors",
+                        help="with --fit-standardizer: statistics of word vectors, not pooled "
+                             "sentence vectors")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
     model_options.add_to(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    fitting = args.fit_standardizer is not None
+    if not fitting and args.pooling is None:
+        parser.error("--pooling is required to embed")
+    if fitting and args.word_vectors == (args.pooling is not None):
+        parser.error("--fit-standardizer needs --pooling (sentence vectors) or --word-vectors")
+    if not fitting and (args.word_vectors or args.components is not None):
+        parser.error("--word-vectors and --components go with --fit-standardizer")
+    if fitting and (args.standardize or args.normalize):
+        parser.error("--standardize and --normalize go with --input")
+    return args
+
+
+def _fit_standardizer(args: argparse.Namespace, layers) -> None:
+    if not args.output.endswith(".npz"):
+        raise UserError(f"statistics are written as .npz; give --output a .npz name, not "
+                        f"{args.output}")
+    _check_output(args.output, args.fit_standardizer, args.overwrite)
+    texts = read_texts(args.fit_standardizer)
+    model = model_options.load_model(args)
+    vectors = standardizing.WORDS if args.word_vectors else standardizing.SENTENCES
+    stats = standardizing.fit(model, texts, args.method, vectors=vectors,
+                              pooling=args.pooling or "mean", layers=layers,
+                              components=args.components,
+                              corpus=os.path.abspath(args.fit_standardizer))
+    standardizer.save(stats, args.output, overwrite=args.overwrite)
+    what = "word" if args.word_vectors else f"{args.pooling}-pooled sentence"
+    print(f"wrote {args.method} statistics of {stats.about['count']} {what} vectors "
+          f"(layers {stats.about['layers']}) to {args.output}")
 
 
 @entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     layers = model_options.parse_layers(args.layers)
+    if args.fit_standardizer is not None:
+        _fit_standardizer(args, layers)
+        return
     _check_output(args.output, args.input, args.overwrite)
+    stats = standardizer.load(args.standardize) if args.standardize else None
     texts = read_texts(args.input)
     with contextlib.ExitStack() as stack:
         # Opened before the model loads: an unwritable directory is found before the work, and
@@ -89,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
             raise UserError(f"cannot write {args.output}: {e.strerror or e}") from None
         model = model_options.load_model(args)
         start = time.perf_counter()
-        vectors = model.embed(texts, args.pooling, layers=layers, normalize=args.normalize)
+        vectors = model.embed(texts, args.pooling, layers=layers, normalize=args.normalize,
+                              standardize=stats)
         seconds = time.perf_counter() - start
         np.save(out, vectors.astype(np.float32, copy=False))
     blank = sum(not text.strip() for text in texts)

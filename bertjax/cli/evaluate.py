@@ -1,6 +1,7 @@
 """Evaluations of a trained encoder, one subcommand each:
 
-    python -m bertjax.evaluate similarity --model PATH [--pooling mean ...]
+    python -m bertjax.evaluate similarity --model PATH [--pooling mean ...] [--standardize STATS]
+    python -m bertjax.evaluate anisotropy --model PATH --corpus FILE [--plot OUT.png]
 
 `python -m bertjax.evaluate NAME --help` describes one. A subcommand is a command module's
 `main(argv)`, listed in COMMANDS.
@@ -10,13 +11,16 @@ from __future__ import annotations
 
 import sys
 
-from bertjax.cli import entry, similarity
+from bertjax.cli import anisotropy, entry, similarity
 from bertjax.core.errors import UserError
 
 # name -> (its main(argv), what it measures)
 COMMANDS = {
     "similarity": (similarity.main,
                    "cosine similarity vs human ratings (Lee et al. 2005): Spearman, Pearson"),
+    "anisotropy": (anisotropy.main,
+                   "per layer: random-token cosine, self-similarity, top-dimension variance; "
+                   "raw, z-scored, all-but-the-top"),
 }
 
 

@@ -1,18 +1,19 @@
 """Build, search and evaluate a vector index: `python -m bertjax.index COMMAND ...`.
 
     python -m bertjax.index build --model PATH --corpus docs.jsonl --output INDEX \\
-        [--pooling mean] [--approximate] [--overwrite]
+        [--pooling mean] [--standardize STATS] [--approximate] [--overwrite]
     python -m bertjax.index search --index INDEX --queries q.txt|q.jsonl --k 10 \\
         [--exact|--approximate] [--rerank RUN --rerank-k 50] [--report-recall] \\
         [--output results.jsonl] [--model PATH]
     python -m bertjax.index evaluate --index INDEX --queries q.jsonl [--bm25] \\
-        [--rerank RUN --rerank-k 50] [--model PATH]
+        [--rerank RUN --rerank-k 50] [--model PATH]   (search and evaluate: [--standardize STATS])
 
-PATH is any model `bertjax.load` reads; RUN a fine-tuned pair-classification run (the
-cross-encoder). Search is exact (a jitted matmul and top-k over every vector) unless
---approximate asks for the FAISS HNSW index built with `build --approximate`. It writes one
-JSON line per query, {"id", "query", "results": [{"id", "score"[, "dense_score"]}]}, to
---output (never over an existing file without --overwrite) or stdout. A --k larger than the
+PATH is any model `bertjax.load` reads; STATS standardisation statistics from `python -m
+bertjax.embed --fit-standardizer` (an index built with them is searched with the same file); RUN
+a fine-tuned pair-classification run (the cross-encoder). Search is exact (a jitted matmul and
+top-k over every vector) unless --approximate asks for the FAISS HNSW index built with `build
+--approximate`. It writes one JSON line per query, {"id", "query", "results": [{"id",
+"score"[, "dense_score"]}]}, to --output (never over an existing file without --overwrite) or stdout. A --k larger than the
 corpus returns the whole corpus with a warning. Evaluate prints Recall@1, Recall@10, MRR@10
 and nDCG@10 per method, and the recall of the approximate top 10 against the exact top 10.
 Bad input is one line on stderr and exit status 2.
@@ -31,10 +32,11 @@ from bertjax.core.errors import UserError
 from bertjax.inference.api import load
 from bertjax.retrieval import evaluation, metrics
 from bertjax.retrieval.index import build as build_index
-from bertjax.retrieval.index import embed_queries, open_index, query_model
+from bertjax.retrieval.index import embed_queries, open_index, query_model, require_standardizer
 from bertjax.retrieval.inputs import read_queries
 from bertjax.retrieval.rerank import CrossEncoder
 from bertjax.retrieval.search import APPROXIMATE, EXACT, clamped, ranked
+from bertjax.vectors import standardizer
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--corpus", required=True, help="jsonl: one {\"id\", \"text\"} a line")
     build.add_argument("--output", required=True, help="the index directory to create")
     build.add_argument("--pooling", default="mean", help="cls | mean | max | last4_mean")
+    build.add_argument("--standardize", metavar="STATS", default=None,
+                       help="standardise the vectors by these statistics before normalising")
     build.add_argument("--approximate", action="store_true",
                        help="also build the approximate (FAISS HNSW) index")
     build.add_argument("--overwrite", action="store_true", help="replace an existing index")
@@ -63,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
                              help="a fine-tuned pair-classification run that re-scores the "
                                   "dense top --rerank-k")
         command.add_argument("--rerank-k", type=int, default=50, dest="rerank_k")
+        command.add_argument("--standardize", metavar="STATS", default=None,
+                             help="the statistics the index was built with (required then)")
         command.add_argument("--positive-label", default="", dest="positive_label",
                              help="the cross-encoder's relevant label (default: its second)")
         if name == "search":
@@ -96,9 +102,10 @@ def _loader(args):
 def _build(args) -> None:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
+    stats = standardizer.load(args.standardize) if args.standardize else None
     manifest = build_index(args.model, args.corpus, args.output, _loader(args),
                            pooling=args.pooling, with_approximate=args.approximate,
-                           overwrite=args.overwrite)
+                           overwrite=args.overwrite, standardizer=stats)
     if manifest["truncated"]:
         print(f"note: {manifest['truncated']} document(s) were truncated to "
               f"{manifest['max_seq_len']} tokens", file=sys.stderr)
@@ -116,6 +123,7 @@ def _common(args, *, relevant: bool):
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     index = open_index(args.index)
+    require_standardizer(index, standardizer.load(args.standardize) if args.standardize else None)
     queries = read_queries(args.queries, relevant=relevant)
     if args.rerank is not None and args.rerank_k < 1:
         raise UserError(f"--rerank-k must be at least 1, got {args.rerank_k}")

@@ -9,16 +9,21 @@ from bertjax.core.errors import UserError
 from bertjax.inference import api
 
 
-def add_to(parser: argparse.ArgumentParser) -> None:
+def add_to(parser: argparse.ArgumentParser, *, layers: bool = True) -> None:
     parser.add_argument("--model", required=True,
                         help="a workdir, a params export or a Hugging Face BERT directory")
+    if layers:
+        _add_layers(parser)
+    parser.add_argument("--batch-size", type=int, default=32, help="texts per batch")
+    parser.add_argument("--max-seq-len", type=int, default=None,
+                        help="truncate texts to this many tokens (default: the model's limit)")
+
+
+def _add_layers(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", default="all",
                         help="all, an index (-1 = the last layer, 0 = the embeddings) or "
                              "comma-separated indices; poolings use the last chosen layer "
                              "(last4_mean: the last four chosen)")
-    parser.add_argument("--batch-size", type=int, default=32, help="texts per batch")
-    parser.add_argument("--max-seq-len", type=int, default=None,
-                        help="truncate texts to this many tokens (default: the model's limit)")
 
 
 def parse_layers(spec: str):

@@ -9,10 +9,12 @@ import sys
 from bertjax.cli import entry
 from bertjax.core import output_dir
 from bertjax.core.errors import UserError
+from bertjax.data import demo_corpus
 from bertjax.inference import loading
 from bertjax.inference.api import load
 from bertjax.wsd import wordnet
-from bertjax.wsd.evaluation import evaluate
+from bertjax.vectors import standardizer
+from bertjax.wsd.evaluation import corpus_frequencies, evaluate
 from bertjax.wsd.index import SenseIndex, layers_record
 
 
@@ -43,6 +45,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                          help="hidden states to average: an index or indices (default -1, the "
                          "last layer; -4,-3,-2,-1 for the mean of the last four)")
         sub.add_argument("--batch-size", type=int, default=32)
+    for sub in (evaluate_cmd, fit_cmd, predict_cmd):
+        sub.add_argument("--standardize", metavar="STATS", default=None,
+                         help="word-vector statistics (`python -m bertjax.embed "
+                         "--fit-standardizer CORPUS --word-vectors`) applied before comparing")
     evaluate_cmd.add_argument("--lemmas", type=int, default=50,
                               help="the N ambiguous lemmas with the most examples (default 50)")
     evaluate_cmd.add_argument("--all-lemmas", action="store_true",
@@ -67,12 +73,22 @@ def _load_model(args):
     return load(args.model, batch_size=getattr(args, "batch_size", 32))
 
 
+def _lines(path: str):
+    with open(path, encoding="utf-8") as f:
+        yield from f
+
+
+def _standardizer(args):
+    return standardizer.load(args.standardize) if args.standardize else None
+
+
 def _evaluate(args) -> None:
     examples = wordnet.read_examples()
     lemmas = None if args.all_lemmas else args.lemmas
     dataset = wordnet.split(examples, lemmas=lemmas, holdout=args.holdout)
+    stats = _standardizer(args)
     model = _load_model(args)
-    result = evaluate(model, dataset, args.layers)
+    result = evaluate(model, dataset, args.layers, stats)
     print(f"WordNet 3.0 example sentences: {len(dataset.lemmas)} ambiguous lemmas, "
           f"{len(dataset.senses)} senses, {len(dataset.train)} training and {len(dataset.test)} "
           f"held-out examples (one in {args.holdout} per sense)")
@@ -80,6 +96,11 @@ def _evaluate(args) -> None:
     print(f"{'lemma':<16}{'senses':>7}{'held out':>10}{'1-NN':>8}{'MFS':>8}")
     for lemma, (senses, count, hits, base) in result.per_lemma().items():
         print(f"{lemma:<16}{senses:>7}{count:>10}{hits / count:>8.3f}{base / count:>8.3f}")
+    frequency = corpus_frequencies(_lines(demo_corpus.demo_corpus_path()), dataset.lemmas)
+    for name, (lemmas, count, hits, base) in result.by_frequency(frequency).items():
+        if count:
+            print(f"{name} lemmas ({lemmas}, by their count in the Wikipedia demo corpus): 1-NN "
+                  f"{hits / count:.4f}, most frequent sense {base / count:.4f} ({count} held out)")
     right, base = sum(result.nearest), sum(result.baseline)
     print(f"1-NN accuracy {result.accuracy(result.nearest):.4f} ({right}/{len(dataset.test)}); "
           f"most-frequent-sense baseline {result.accuracy(result.baseline):.4f} "
@@ -94,14 +115,16 @@ def _fit(args) -> None:
             raise UserError(f"--lemmas must be positive, got {args.lemmas}")
         chosen = dict(list(chosen.items())[:args.lemmas])
     examples = [e for senses in chosen.values() for found in senses.values() for e in found]
-    index = SenseIndex.fit(_load_model(args), examples, args.layers)
+    stats = _standardizer(args)
+    index = SenseIndex.fit(_load_model(args), examples, args.layers, stats)
     index.save(args.output, overwrite=args.overwrite)
     print(f"wrote the sense index {os.path.abspath(args.output)}: {len(index.lemmas)} lemmas, "
           f"{len(index.senses)} senses from {len(examples)} WordNet examples")
 
 
 def _predict(args) -> None:
-    index = SenseIndex.load(args.index, None if args.model is None else _load_model(args))
+    index = SenseIndex.load(args.index, None if args.model is None else _load_model(args),
+                            _standardizer(args))
     words = wordnet.words_of(args.sentence)
     position, lemma = index.locate(words, args.word)
     ranked = index.rank(words, position, lemma)

@@ -35,14 +35,17 @@ def score(method: str, cosines: np.ndarray, ratings: np.ndarray) -> Score:
                  correlation.pearson(cosines, ratings))
 
 
-def model_scores(model, corpus: lee.LeeCorpus, poolings, layers="all") -> tuple[list[Score], int]:
-    """(one Score per pooling, how many documents were truncated)."""
+def model_scores(model, corpus: lee.LeeCorpus, poolings, layers="all", standardize=None
+                 ) -> tuple[list[Score], int]:
+    """(one Score per pooling, how many documents were truncated); vectors standardised by the
+    `standardize` statistics when given."""
     scores, truncated = [], 0
     for pooling in poolings:
         before = model.truncated  # the same documents are cut for every pooling
-        vectors = model.embed(corpus.documents, pooling, layers=layers)
+        vectors = model.embed(corpus.documents, pooling, layers=layers, standardize=standardize)
         truncated = model.truncated - before
-        scores.append(score(f"model, {pooling} pooling", pair_cosines(vectors, corpus.pairs),
+        method = f"model, {pooling} pooling" + (f", {standardize.method}" if standardize else "")
+        scores.append(score(method, pair_cosines(vectors, corpus.pairs),
                             corpus.ratings))
     return scores, truncated
 

@@ -36,7 +36,7 @@ from bertjax.finetune.examples import QAExample, SpanExample, TaggedExample, Tex
 from bertjax.finetune.features import assemble, truncate_pair
 from bertjax.finetune.readers import check_span
 from bertjax.finetune.tasks import TaskSettings, task_class
-from bertjax.inference import loading
+from bertjax.inference import loading, standardizing
 from bertjax.inference.prediction import predict_examples, trained_settings
 from bertjax.model import pooling as poolings
 from bertjax.model.config import EncoderConfig
@@ -119,7 +119,7 @@ class Model:
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                layers: Layers = "all") -> list[Encoded]:
         """Per-token hidden states of the chosen layers, one `Encoded` per text."""
-        chosen = self._layer_indices(layers)
+        chosen = self.layer_indices(layers)
         rows = self._rows(texts, pairs)
         fn = self._encoder_fn(("encode", chosen), lambda states, mask: states[jnp.array(chosen)])
         outputs = self._run(fn, rows)
@@ -128,10 +128,18 @@ class Model:
                 for (ids, _), out in zip(rows, outputs)]
 
     def embed(self, texts: Sequence[str], pooling: str = "mean", *, layers: Layers = "all",
-              normalize: bool = False, pairs: Sequence[str] | None = None) -> np.ndarray:
-        """One vector per text [N, H] (fp32): `pooling` over the tokens of the chosen layers."""
+              normalize: bool = False, pairs: Sequence[str] | None = None,
+              standardize=None) -> np.ndarray:
+        """One vector per text [N, H] (fp32): `pooling` over the tokens of the chosen layers;
+        with `standardize` (statistics from `bertjax.embed --fit-standardizer`, or their path),
+        transformed by them before `normalize`."""
         pooling_name = _checked_pooling(pooling)
-        chosen = self._layer_indices(layers)
+        chosen = self.layer_indices(layers)
+        stats = standardizing.resolve(standardize)
+        if stats is not None:
+            standardizing.check_fits(self, stats, standardizing.SENTENCES, chosen, pooling_name)
+            raw = self.embed(texts, pooling_name, layers=chosen, pairs=pairs)
+            return standardizing.standardized(raw, stats, normalize)
 
         def pooled(states, mask):
             vectors = poolings.pool(states[jnp.array(chosen)], mask, pooling_name)
@@ -143,18 +151,27 @@ class Model:
             return np.zeros((0, self.config.hidden_size), np.float32)
         return np.stack(self._run(fn, rows)).astype(np.float32)
 
-    def similarity(self, a: Sequence[str], b: Sequence[str], pooling: str = "mean") -> np.ndarray:
-        """Cosine similarity of the pooled embeddings, [len(a), len(b)]."""
-        left = self.embed(a, pooling, normalize=True)
-        right = self.embed(b, pooling, normalize=True)
+    def similarity(self, a: Sequence[str], b: Sequence[str], pooling: str = "mean", *,
+                   standardize=None) -> np.ndarray:
+        """Cosine similarity of the pooled embeddings (standardised first with `standardize`),
+        [len(a), len(b)]."""
+        stats = standardizing.resolve(standardize)
+        left = self.embed(a, pooling, normalize=True, standardize=stats)
+        right = self.embed(b, pooling, normalize=True, standardize=stats)
         return left @ right.T
 
-    def word_vectors(self, sentences: Sequence[Sequence[str]], layers: Layers = -1
-                     ) -> list[np.ndarray]:
+    def word_vectors(self, sentences: Sequence[Sequence[str]], layers: Layers = -1,
+                     standardize=None) -> list[np.ndarray]:
         """Contextual word embeddings: per sentence (a list of words) [words, H], each word the
-        mean of its subwords' states averaged over the chosen layers. Words past max_seq_len get
-        NaN rows (counted in `truncated`)."""
-        chosen = self._layer_indices(layers)
+        mean of its subwords' states averaged over the chosen layers (then transformed by the
+        `standardize` statistics, fitted for word vectors). Words past max_seq_len get NaN rows
+        (counted in `truncated`)."""
+        chosen = self.layer_indices(layers)
+        stats = standardizing.resolve(standardize)
+        if stats is not None:
+            standardizing.check_fits(self, stats, standardizing.WORDS, chosen)
+            return [standardizing.standardized(v, stats, False)
+                    for v in self.word_vectors(sentences, chosen)]
         rows, spans = [], []
         unk = self.tokenizer.special.unk
         pieces = iter(self.tokenizer.encode_batch([w for s in sentences for w in s]))
@@ -255,7 +272,7 @@ class Model:
 
     # ---- machinery ---------------------------------------------------------------------------
 
-    def _layer_indices(self, layers: Layers) -> tuple[int, ...]:
+    def layer_indices(self, layers: Layers) -> tuple[int, ...]:
         count = self.config.num_layers + 1
         if isinstance(layers, str):
             if layers != "all":

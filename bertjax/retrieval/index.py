@@ -1,8 +1,9 @@
 """The vector index on disk: a corpus embedded by one model, searchable exactly or approximately.
 
     INDEX/manifest.json     format, the model (path, step, kind, encoder config, fingerprint),
-                            pooling, sequence limit, counts, the approximate index's settings and
-                            its recall against exact search measured at build time
+                            pooling, sequence limit, counts, the standardisation statistics'
+                            digest (or null), the approximate index's settings and its recall
+                            against exact search measured at build time
     INDEX/vectors.npy       [N, H] fp32, unit length (cosine = inner product), row i = document i
     INDEX/documents.jsonl   the corpus as read ({"id", "text"}), in row order: search results
                             name documents by id, and re-ranking and BM25 need the texts
@@ -37,6 +38,7 @@ from bertjax.retrieval import approximate, exact
 from bertjax.retrieval.fingerprint import fingerprint
 from bertjax.retrieval.inputs import Document, read_corpus
 from bertjax.retrieval.metrics import overlap_recall
+from bertjax.vectors.standardizer import Standardizer, require_same
 
 FORMAT = "bertjax-index"
 VERSION = 1
@@ -55,6 +57,7 @@ class Index:
     documents: list[Document]
     vectors: np.ndarray          # memory-mapped
     _approximate: object = None
+    standardizer: Standardizer | None = None  # queries' statistics (`require_standardizer`)
 
     @property
     def size(self) -> int:
@@ -80,29 +83,37 @@ def model_record(model) -> dict:
             "fingerprint": fingerprint(loaded.encoder, loaded.params)}
 
 
-def embed(model, texts: list[str], pooling: str) -> np.ndarray:
-    return model.embed(texts, pooling, normalize=True)
+def embed(model, texts: list[str], pooling: str, standardizer: Standardizer | None = None
+          ) -> np.ndarray:
+    return model.embed(texts, pooling, normalize=True, standardize=standardizer)
 
 
 def build(model_path: str, corpus_path: str, output: str, load_model: ModelLoader, *,
-          pooling: str = "mean", with_approximate: bool = False, overwrite: bool = False) -> dict:
+          pooling: str = "mean", with_approximate: bool = False, overwrite: bool = False,
+          standardizer: Standardizer | None = None) -> dict:
     """Writes INDEX with the model `load_model` loads from `model_path` (after every check of
-    the input: a refused build loads nothing); returns its manifest."""
+    the input: a refused build loads nothing); returns its manifest. With `standardizer`, the
+    vectors are standardised before they are normalised, and the manifest records the
+    statistics: queries must then be standardised by the same ones."""
     output_dir.check_target(output, overwrite=overwrite, sources=(model_path, corpus_path))
     check_choice("pooling", pooling, POOLINGS, unknown=True)
     documents = read_corpus(corpus_path)
     model = load_model(model_path, None)
+    if standardizer is not None:  # refused before any output exists if not of this model
+        embed(model, [], pooling, standardizer)
     manifest = {"format": FORMAT, "version": VERSION, "model": model_record(model),
                 "pooling": pooling, "max_seq_len": model.max_seq_len,
                 "corpus": os.path.abspath(corpus_path), "documents": len(documents),
-                "dim": model.config.hidden_size}
+                "dim": model.config.hidden_size,
+                "standardizer": standardizer.describe() if standardizer else None}
     with output_dir.staged(output, overwrite=overwrite) as staging:
         vectors = np.lib.format.open_memmap(os.path.join(staging, VECTORS), mode="w+",
                                             dtype=np.float32,
                                             shape=(len(documents), model.config.hidden_size))
         for start in range(0, len(documents), EMBED_BLOCK):
             block = documents[start:start + EMBED_BLOCK]
-            vectors[start:start + len(block)] = embed(model, [d.text for d in block], pooling)
+            vectors[start:start + len(block)] = embed(model, [d.text for d in block], pooling,
+                                                      standardizer)
             if len(documents) > EMBED_BLOCK:
                 print(f"embedded {start + len(block)}/{len(documents)} documents",
                       file=sys.stderr)
@@ -180,5 +191,11 @@ def query_model(index: Index, load_model: ModelLoader, model_path: str | None = 
     return model
 
 
+def require_standardizer(index: Index, standardizer: Standardizer | None) -> None:
+    """Queries are standardised as the index's vectors were, or not at all."""
+    require_same(index.manifest.get("standardizer"), standardizer, f"{index.path} was built")
+    index.standardizer = standardizer
+
+
 def embed_queries(index: Index, model, texts: list[str]) -> np.ndarray:
-    return embed(model, texts, index.manifest["pooling"])
+    return embed(model, texts, index.manifest["pooling"], index.standardizer)

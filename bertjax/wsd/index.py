@@ -19,6 +19,7 @@ import numpy as np
 from bertjax.core import output_dir
 from bertjax.core.errors import UserError
 from bertjax.inference.api import load
+from bertjax.vectors.standardizer import Standardizer, require_same
 from bertjax.wsd import wordnet
 from bertjax.wsd.wordnet import Example, Sense
 
@@ -44,8 +45,10 @@ class SenseIndex:
     """Sense embeddings of one model: `fit` them, then `predict` the sense of a word in context."""
 
     def __init__(self, model, senses: Sequence[Sense], vectors: np.ndarray,
-                 counts: Sequence[int], layers, digest: str | None = None):
+                 counts: Sequence[int], layers, digest: str | None = None,
+                 standardizer: Standardizer | None = None):
         self.model = model
+        self.standardizer = standardizer  # word-vector statistics applied before comparing
         self.senses = list(senses)
         self.vectors = np.asarray(vectors, np.float32)  # [S, H], unit length
         self.counts = list(counts)                      # training examples per sense
@@ -56,11 +59,14 @@ class SenseIndex:
             self._by_lemma[sense.lemma].append(i)
 
     @classmethod
-    def fit(cls, model, examples: Sequence[Example], layers=-1) -> SenseIndex:
-        """Each sense's embedding: the normalised mean of its examples' target-word vectors."""
+    def fit(cls, model, examples: Sequence[Example], layers=-1,
+            standardizer: Standardizer | None = None) -> SenseIndex:
+        """Each sense's embedding: the normalised mean of its examples' target-word vectors
+        (standardised first by `standardizer`, statistics of this model's word vectors)."""
         if not examples:
             raise UserError("no examples to fit a sense index on")
-        vectors = _target_vectors(model, [(e.words, e.index) for e in examples], layers)
+        vectors = _target_vectors(model, [(e.words, e.index) for e in examples], layers,
+                                  standardizer)
         sums: dict[Sense, list] = {}
         for e, vector in zip(examples, vectors):
             if np.isfinite(vector).all():  # a target past max_seq_len has no vector
@@ -70,7 +76,7 @@ class SenseIndex:
         senses = list(sums)
         means = np.stack([np.mean(sums[s], axis=0) for s in senses])
         return cls(model, senses, _unit(means), [len(sums[s]) for s in senses],
-                   layers_record(layers))
+                   layers_record(layers), standardizer=standardizer)
 
     # ---- prediction ------------------------------------------------------------------------
 
@@ -106,7 +112,8 @@ class SenseIndex:
         """For each (words, target index, lemma or None): the candidate senses with their cosine
         similarity to the target word's vector, best first."""
         choices = [self._checked_candidates(words, index, lemma) for words, index, lemma in items]
-        vectors = _target_vectors(self.model, [(w, i) for w, i, _ in items], self.layers)
+        vectors = _target_vectors(self.model, [(w, i) for w, i, _ in items], self.layers,
+                                  self.standardizer)
         ranked = []
         for (words, index, _), options, vector in zip(items, choices, vectors):
             if not np.isfinite(vector).all():
@@ -152,6 +159,7 @@ class SenseIndex:
         info = {"format": FORMAT, "version": VERSION, "layers": self.layers,
                 "model": {"path": os.path.abspath(self.model.path), "digest": self.digest,
                           "hidden_size": int(self.vectors.shape[1])},
+                "standardizer": self.standardizer.describe() if self.standardizer else None,
                 "senses": [{**dataclasses.asdict(s), "examples": n}
                            for s, n in zip(self.senses, self.counts)]}
         with output_dir.staged(directory, overwrite=overwrite) as staging:
@@ -160,10 +168,13 @@ class SenseIndex:
                 json.dump(info, f, indent=1)
 
     @classmethod
-    def load(cls, directory: str, model=None) -> SenseIndex:
+    def load(cls, directory: str, model=None, standardizer: Standardizer | None = None
+             ) -> SenseIndex:
         """The index in `directory`, with `model` (default: the model it was fitted with), which
-        must be the model it was fitted with."""
+        must be the model it was fitted with, and the statistics it was fitted with (or none)."""
         info = read_info(directory)
+        require_same(info.get("standardizer"), standardizer,
+                     f"the sense index {directory} was fitted")
         recorded = info["model"]
         if model is None:
             if not os.path.exists(recorded["path"]):
@@ -185,7 +196,7 @@ class SenseIndex:
             raise UserError(f"{directory} is damaged: {vectors.shape[0]} sense vectors for "
                             f"{len(senses)} senses")
         return cls(model, senses, vectors, [s["examples"] for s in info["senses"]],
-                   info["layers"], digest)
+                   info["layers"], digest, standardizer)
 
 
 def read_info(directory: str) -> dict:
@@ -204,9 +215,11 @@ def read_info(directory: str) -> dict:
 
 
 
-def _target_vectors(model, items: Sequence[tuple[Sequence[str], int]], layers) -> list:
+def _target_vectors(model, items: Sequence[tuple[Sequence[str], int]], layers,
+                    standardizer: Standardizer | None = None) -> list:
     sentences = [list(words) for words, _ in items]
-    vectors = model.word_vectors(sentences, layers=layers) if sentences else []
+    vectors = (model.word_vectors(sentences, layers=layers, standardize=standardizer)
+               if sentences else [])
     return [v[index] for v, (_, index) in zip(vectors, items)]
 
 
