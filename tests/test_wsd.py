@@ -194,3 +194,11 @@ def test_minilm_nearest_sense_beats_the_most_frequent_sense(examples, minilm_dir
     assert nearest > baseline + 0.15, (nearest, baseline)
     rows = result.per_lemma()
     assert sum(row[1] for row in rows.values()) == len(dataset.test)
+    # Split by the lemmas' counts in a corpus: halves at the median, every example in one.
+    text = ["the bank by the river bank", "a plant and a bank"]
+    frequency = wsd.corpus_frequencies(text, dataset.lemmas)
+    assert frequency.get("bank", 0) == (3 if "bank" in dataset.lemmas else 0)
+    halves = result.by_frequency({lemma: i for i, lemma in enumerate(dataset.lemmas)})
+    assert halves["frequent"][0] == len(dataset.lemmas) - len(dataset.lemmas) // 2
+    assert halves["frequent"][1] + halves["rare"][1] == len(dataset.test)
+    assert halves["frequent"][2] + halves["rare"][2] == sum(result.nearest)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from typing import Iterable, Mapping
 
 from bertjax.core import atomic_files
@@ -59,6 +60,23 @@ def check_finite(step: int, scalars: Mapping[str, float], keys: Iterable[str] = 
             raise NonFiniteLossError(f"{key} became {value} at step {step}", first - 1)
 
 
+def _summary_writer_class():
+    """tensorboardX's SummaryWriter, imported without torch. tensorboardX imports torch whenever
+    it is installed (3.2 s of `python -X importtime`, in every training process), only to
+    recognise torch tensors, which nothing here logs; so torch is hidden while it loads unless
+    the process already has it. A later `import torch` works as usual."""
+    hide_torch = "torch" not in sys.modules
+    if hide_torch:
+        sys.modules["torch"] = None  # makes `import torch` raise ImportError
+    try:
+        # deferred: only process 0 writes events, and tensorboardX is slow to import
+        from tensorboardX import SummaryWriter
+    finally:
+        if hide_torch:
+            del sys.modules["torch"]
+    return SummaryWriter
+
+
 class MetricsWriter:
     """Appends one JSON object per logged step and mirrors scalars to TensorBoard."""
 
@@ -69,11 +87,7 @@ class MetricsWriter:
         if not enabled:
             return
         self._jsonl = open(os.path.join(workdir, METRICS_FILE), "a", buffering=1)
-        # deferred: tensorboardX imports torch when it is installed (~3 s); only process 0
-        # writes events
-        from tensorboardX import SummaryWriter
-
-        self._tb = SummaryWriter(os.path.join(workdir, TENSORBOARD_DIR), flush_secs=30)
+        self._tb = _summary_writer_class()(os.path.join(workdir, TENSORBOARD_DIR), flush_secs=30)
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         if not self.enabled:
