@@ -221,6 +221,12 @@ def test_statistics_of_another_model_pooling_or_layers_are_refused(stats, corpor
                         str(tmp_path / "s.npz")], "needs --pooling"),
         "existing": (["--fit-standardizer", corpora["reference"], "--output",
                       str(tmp_path / "foreign.npz"), "--pooling", "mean"], "already exists"),
+        "components of z-scores": (["--fit-standardizer", corpora["reference"], "--output",
+                                    str(tmp_path / "s.npz"), "--pooling", "mean",
+                                    "--components", "3"], "--method all-but-the-top"),
+        "method without fitting": (["--input", corpora["other"], "--output",
+                                    str(tmp_path / "v.npy"), "--pooling", "mean", "--method",
+                                    "zscore"], "go with --fit-standardizer"),
     }
     for argv, phrase in cases.values():
         code, _, err = run_cli(embed_cli, ["--model", minilm_dir, *argv], capsys)

@@ -37,7 +37,7 @@ from bertjax.core.errors import UserError
 from bertjax.inference import standardizing
 from bertjax.model.pooling import POOLINGS
 from bertjax.vectors import standardizer
-from bertjax.vectors.standardizer import METHODS, ZSCORE
+from bertjax.vectors.standardizer import ALL_BUT_THE_TOP, METHODS, ZSCORE
 
 
 def read_texts(path: str) -> list[str]:
@@ -89,7 +89,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--normalize", action="store_true", help="scale each vector to length 1")
     parser.add_argument("--standardize", metavar="STATS",
                         help="statistics from --fit-standardizer to transform the vectors by")
-    parser.add_argument("--method", choices=METHODS, default=ZSCORE,
+    parser.add_argument("--method", choices=METHODS, default=None,
                         help="with --fit-standardizer: zscore (default) or all-but-the-top")
     parser.add_argument("--components", type=int, default=None,
                         help="all-but-the-top: principal components removed (default H/100)")
@@ -104,8 +104,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--pooling is required to embed")
     if fitting and args.word_vectors == (args.pooling is not None):
         parser.error("--fit-standardizer needs --pooling (sentence vectors) or --word-vectors")
-    if not fitting and (args.word_vectors or args.components is not None):
-        parser.error("--word-vectors and --components go with --fit-standardizer")
+    if not fitting and (args.word_vectors or args.components is not None or args.method):
+        parser.error("--method, --components and --word-vectors go with --fit-standardizer")
+    if args.components is not None and args.method != ALL_BUT_THE_TOP:
+        parser.error("--components goes with --method all-but-the-top")
+    args.method = args.method or ZSCORE
     if fitting and (args.standardize or args.normalize):
         parser.error("--standardize and --normalize go with --input")
     return args

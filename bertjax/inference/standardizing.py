@@ -72,9 +72,9 @@ def fit(model, texts: Sequence[str], method: str, *, vectors: str = SENTENCES,
             if vectors == SENTENCES:
                 yield model.embed(block, pooling, layers=chosen)
             else:
-                words = [v for v in model.word_vectors([t.split() for t in block], chosen)]
-                rows = np.concatenate(words) if words else np.zeros((0, model.config.hidden_size))
-                yield rows[np.isfinite(rows).all(axis=1)]
+                per_text = model.word_vectors([t.split() for t in block], chosen)
+                rows = np.concatenate([np.zeros((0, model.config.hidden_size)), *per_text])
+                yield rows[np.isfinite(rows).all(axis=1)]  # words past max_seq_len are NaN
 
     return transforms.fit(blocks(), method, about, components=components)
 
