@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         _fit_standardizer(args, layers)
         return
     _check_output(args.output, args.input, args.overwrite)
-    stats = standardizer.load(args.standardize) if args.standardize else None
+    stats = standardizing.resolve(args.standardize)
     texts = read_texts(args.input)
     with contextlib.ExitStack() as stack:
         # Opened before the model loads: an unwritable directory is found before the work, and

@@ -29,6 +29,7 @@ import sys
 from bertjax.cli import entry
 from bertjax.core import atomic_files
 from bertjax.core.errors import UserError
+from bertjax.inference import standardizing
 from bertjax.inference.api import load
 from bertjax.retrieval import evaluation, metrics
 from bertjax.retrieval.index import build as build_index
@@ -36,7 +37,6 @@ from bertjax.retrieval.index import embed_queries, open_index, query_model, requ
 from bertjax.retrieval.inputs import read_queries
 from bertjax.retrieval.rerank import CrossEncoder
 from bertjax.retrieval.search import APPROXIMATE, EXACT, clamped, ranked
-from bertjax.vectors import standardizer
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,7 +102,7 @@ def _loader(args):
 def _build(args) -> None:
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
-    stats = standardizer.load(args.standardize) if args.standardize else None
+    stats = standardizing.resolve(args.standardize)
     manifest = build_index(args.model, args.corpus, args.output, _loader(args),
                            pooling=args.pooling, with_approximate=args.approximate,
                            overwrite=args.overwrite, standardizer=stats)
@@ -123,7 +123,7 @@ def _common(args, *, relevant: bool):
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be at least 1, got {args.batch_size}")
     index = open_index(args.index)
-    require_standardizer(index, standardizer.load(args.standardize) if args.standardize else None)
+    require_standardizer(index, standardizing.resolve(args.standardize))
     queries = read_queries(args.queries, relevant=relevant)
     if args.rerank is not None and args.rerank_k < 1:
         raise UserError(f"--rerank-k must be at least 1, got {args.rerank_k}")

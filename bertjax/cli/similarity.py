@@ -15,8 +15,8 @@ import argparse
 from bertjax.cli import entry, model_options
 from bertjax.evaluation import lee
 from bertjax.evaluation.similarity import baseline_score, model_scores
+from bertjax.inference import standardizing
 from bertjax.model.pooling import POOLINGS
-from bertjax.vectors import standardizer
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -34,7 +34,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
     layers = model_options.parse_layers(args.layers)
-    stats = standardizer.load(args.standardize) if args.standardize else None
+    stats = standardizing.resolve(args.standardize)
     corpus = lee.load()
     model = model_options.load_model(args)
     poolings = list(dict.fromkeys(args.pooling))

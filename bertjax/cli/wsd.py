@@ -10,10 +10,9 @@ from bertjax.cli import entry
 from bertjax.core import output_dir
 from bertjax.core.errors import UserError
 from bertjax.data import demo_corpus
-from bertjax.inference import loading
+from bertjax.inference import loading, standardizing
 from bertjax.inference.api import load
 from bertjax.wsd import wordnet
-from bertjax.vectors import standardizer
 from bertjax.wsd.evaluation import corpus_frequencies, evaluate
 from bertjax.wsd.index import SenseIndex, layers_record
 
@@ -78,15 +77,11 @@ def _lines(path: str):
         yield from f
 
 
-def _standardizer(args):
-    return standardizer.load(args.standardize) if args.standardize else None
-
-
 def _evaluate(args) -> None:
     examples = wordnet.read_examples()
     lemmas = None if args.all_lemmas else args.lemmas
     dataset = wordnet.split(examples, lemmas=lemmas, holdout=args.holdout)
-    stats = _standardizer(args)
+    stats = standardizing.resolve(args.standardize)
     model = _load_model(args)
     result = evaluate(model, dataset, args.layers, stats)
     print(f"WordNet 3.0 example sentences: {len(dataset.lemmas)} ambiguous lemmas, "
@@ -115,7 +110,7 @@ def _fit(args) -> None:
             raise UserError(f"--lemmas must be positive, got {args.lemmas}")
         chosen = dict(list(chosen.items())[:args.lemmas])
     examples = [e for senses in chosen.values() for found in senses.values() for e in found]
-    stats = _standardizer(args)
+    stats = standardizing.resolve(args.standardize)
     index = SenseIndex.fit(_load_model(args), examples, args.layers, stats)
     index.save(args.output, overwrite=args.overwrite)
     print(f"wrote the sense index {os.path.abspath(args.output)}: {len(index.lemmas)} lemmas, "
@@ -124,7 +119,7 @@ def _fit(args) -> None:
 
 def _predict(args) -> None:
     index = SenseIndex.load(args.index, None if args.model is None else _load_model(args),
-                            _standardizer(args))
+                            standardizing.resolve(args.standardize))
     words = wordnet.words_of(args.sentence)
     position, lemma = index.locate(words, args.word)
     ranked = index.rank(words, position, lemma)
