@@ -2,7 +2,10 @@
 
     import bertjax
     model = bertjax.load(PATH)    # see bertjax.inference.api
+    except bertjax.UserError: ...  # bad arguments, named (a ValueError)
 """
+
+from bertjax.core.errors import UserError  # what the API raises for bad arguments (a ValueError)
 
 __version__ = "0.1.0"
 

@@ -117,3 +117,32 @@ def wiki_tasks(tmp_path_factory, demo_articles) -> dict:
     finetune_data.write_qnli(paths["pair_train.tsv"], train, demo_articles, seed=0)
     finetune_data.write_qnli(paths["pair_dev.tsv"], dev, demo_articles, seed=1)
     return paths
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory, bert_vocab_path):
+    """The bert-base-uncased vocabulary saved as a bertjax tokenizer directory."""
+    from bertjax.data.tokenizer import WordPieceTokenizer
+
+    directory = str(tmp_path_factory.mktemp("tokenizer") / "tokenizer")
+    WordPieceTokenizer.from_vocab_file(bert_vocab_path).save(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, tokenizer_dir):
+    """A pretraining workdir of saved_runs.api_config (random weights, scanned layers) and its
+    parameters: what the API's tests load."""
+    import jax.numpy as jnp
+
+    from bertjax.model.heads import BertForPretraining
+    from saved_runs import api_config, random_params, save_workdir
+
+    model = BertForPretraining(api_config(True), nsp=True)
+    batch = {k: jnp.zeros((1, 4), jnp.int32)
+             for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
+    params = random_params(model, (batch,), 3)
+    workdir = save_workdir(str(tmp_path_factory.mktemp("pre") / "wd"), params, api_config(True),
+                           task="pretrain", heads={"nsp": True, "sbo": False},
+                           tokenizer_dir=tokenizer_dir)
+    return workdir, params

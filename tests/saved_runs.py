@@ -41,3 +41,9 @@ def save_workdir(workdir: str, params: dict, encoder: EncoderConfig, *, task: st
         "task": task, "encoder": dataclasses.asdict(encoder), "heads": heads,
         "tokenizer_dir": tokenizer_dir})
     return workdir
+
+
+def api_config(scan: bool) -> EncoderConfig:
+    """The small encoder of the API's tests (the `pretrained` fixture of conftest.py)."""
+    return EncoderConfig(vocab_size=30522, hidden_size=32, num_heads=4, intermediate_size=48,
+                         num_layers=3, max_position_embeddings=64, scan_layers=scan)

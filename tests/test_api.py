@@ -16,43 +16,16 @@ from bertjax.cli import main as bertjax_main
 from bertjax.core.errors import UserError
 from bertjax.core.length_buckets import bucket_length, bucket_rows
 from bertjax.model import layout
-from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 from bertjax.model.task_heads import SequenceClassifier
+from saved_runs import api_config as config
 from saved_runs import random_params, save_workdir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SENTENCES = ["The cat sat on the mat.", "A very long sentence " + "with many words " * 25,
              "Paris is the capital of France.", "short", "Two men are playing chess in a park.",
              "The bank of the river was muddy after the rain."]
-
-
-def config(scan: bool) -> EncoderConfig:
-    return EncoderConfig(vocab_size=30522, hidden_size=32, num_heads=4, intermediate_size=48,
-                         num_layers=3, max_position_embeddings=64, scan_layers=scan)
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory, bert_vocab_path):
-    from bertjax.data.tokenizer import WordPieceTokenizer
-
-    directory = str(tmp_path_factory.mktemp("tokenizer") / "tokenizer")
-    WordPieceTokenizer.from_vocab_file(bert_vocab_path).save(directory)
-    return directory
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory, tokenizer_dir):
-    """A pretraining workdir (random weights, scanned layers) and its parameters."""
-    model = BertForPretraining(config(True), nsp=True)
-    batch = {k: jnp.zeros((1, 4), jnp.int32)
-             for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
-    params = random_params(model, (batch,), 3)
-    workdir = save_workdir(str(tmp_path_factory.mktemp("pre") / "wd"), params, config(True),
-                           task="pretrain", heads={"nsp": True, "sbo": False},
-                           tokenizer_dir=tokenizer_dir)
-    return workdir, params
 
 
 def test_all_layers_are_the_same_with_scan_and_with_a_loop(pretrained):

@@ -239,8 +239,8 @@ def test_embed_cli_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, cap
     run("invalid choice: 'sum'", "--pooling", "sum")
     run("--layers 'last'", "--layers", "last")
     run("layer 4 does not exist", "--layers", "4")  # found after the model has loaded
-    run("max_seq_len must be at least 3, got 0", "--max-seq-len", "0")
-    run("batch_size must be positive", "--batch-size", "0")
+    run("max_seq_len must be an integer of at least 3, got 0", "--max-seq-len", "0")
+    run("batch_size must be an integer of at least 1, got 0", "--batch-size", "0")
     assert {p: md5(tmp_path / p) for p in kept} == kept
 
 
@@ -267,5 +267,5 @@ def test_evaluate_dispatches_similarity_and_refuses_unknown_subcommands(capsys, 
 
 
 def test_a_max_seq_len_of_zero_is_refused_not_taken_as_the_models_limit(minilm):
-    with pytest.raises(UserError, match="max_seq_len must be at least 3, got 0"):
+    with pytest.raises(UserError, match="max_seq_len must be an integer of at least 3, got 0"):
         Model(minilm.loaded, max_seq_len=0)

@@ -8,43 +8,33 @@
     states = model.encode(["a sentence"], layers="all")[0].hidden                # [L+1, T, H]
     model.predict(["a great film"])                 # a fine-tuned run: its own head and labels
 
-Loading goes through `bertjax.inference.loading` (the loader fine-tuning, export and predict
-use); a fine-tuned run's `predict` through `bertjax.inference.prediction` (what predict mode
-runs). Inputs are run in length buckets (`bertjax.core.length_buckets`) by functions jitted once
-per bucket shape, on one device or, given a mesh, with the parameters laid out by the same rules
-as training.
+Every argument is checked before anything is read or run (`bertjax.inference.arguments`): a wrong
+type raises a TypeError, a bad value a UserError (a ValueError), naming the argument. Lists of
+texts (texts, pairs, a, b, sentences) must be lists: a lone string is refused; an empty list gives
+an empty result. Loading goes through `bertjax.inference.loading` (the loader fine-tuning, export
+and predict use); a fine-tuned run's `predict` through `bertjax.inference.prediction` (what
+predict mode runs); the running through `bertjax.inference.runner`: inputs in length buckets,
+by functions jitted once per bucket shape, on one device or, given a mesh, with the parameters
+laid out by the same rules as training.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-from typing import Any, Sequence
+from typing import Sequence
 
-import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from bertjax.core import library_logs
 from bertjax.core.errors import UserError
-from bertjax.core.length_buckets import Row, run_bucketed
-from bertjax.data.schema import INPUTS
-from bertjax.finetune.examples import QAExample, SpanExample, TaggedExample, TextExample
-from bertjax.finetune.features import assemble, truncate_pair
-from bertjax.finetune.readers import check_span
 from bertjax.finetune.tasks import TaskSettings, task_class
-from bertjax.inference import loading, standardizing
+from bertjax.inference import arguments, loading, standardizing
+from bertjax.inference.arguments import MASK
 from bertjax.inference.prediction import predict_examples, trained_settings
+from bertjax.inference.runner import Runner
 from bertjax.model import pooling as poolings
-from bertjax.model.config import EncoderConfig
-from bertjax.model.encoder import Encoder, gather_positions
-from bertjax.model.heads import MaskedLmHead
-from bertjax.parallel import partitioning
-from bertjax.parallel.mesh import make_mesh
-from bertjax.train.state import abstract_train_state
 
 Layers = str | int | Sequence[int]  # "all", one index (negative from the end), or indices
 
@@ -56,57 +46,14 @@ class Encoded:
     hidden: np.ndarray     # [len(layers), T, H] fp32; index 0 of "all" is the embedding output
 
 
-class _EncoderWithLayers(nn.Module):
-    config: EncoderConfig
-
-    @nn.compact
-    def __call__(self, batch, *, deterministic: bool = True):
-        out = Encoder(self.config, all_layers=True, name="encoder")(
-            batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-            deterministic=deterministic)
-        return out.layers
-
-
-class _MaskFiller(nn.Module):
-    """The encoder and the pretrained MLM head, at the [MASK] positions only."""
-
-    config: EncoderConfig
-
-    @nn.compact
-    def __call__(self, batch, *, deterministic: bool = True):
-        encoder = Encoder(self.config, name="encoder")
-        out = encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                      deterministic=deterministic)
-        hidden = gather_positions(out.sequence, batch["masked_positions"])
-        return MaskedLmHead(self.config, name="mlm")(hidden, encoder.attend)
-
-
-class Model:
+class Model(Runner):
     """A loaded encoder, ready to run. Build it with `bertjax.load`."""
 
     def __init__(self, loaded: loading.Loaded, *, batch_size: int = 32,
                  max_seq_len: int | None = None, mesh=None, dtype: str | None = None):
-        config = loaded.require_encoder()
-        self.loaded = loaded
-        self.config = dataclasses.replace(config, remat="none",
-                                          **({"dtype": dtype} if dtype else {}))
-        limit = config.max_position_embeddings
-        self.max_seq_len = limit if max_seq_len is None else min(max_seq_len, limit)
-        if self.max_seq_len < 3:
-            raise UserError(f"max_seq_len must be at least 3, got {max_seq_len}")
-        if batch_size < 1:
-            raise UserError(f"batch_size must be positive, got {batch_size}")
-        self.batch_size = batch_size
-        self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
-        self.tokenizer = loaded.tokenizer()
-        if self.tokenizer.vocab_size != config.vocab_size:
-            raise UserError(f"the tokenizer of {loaded.path} has {self.tokenizer.vocab_size} "
-                            f"entries, the model's embedding table {config.vocab_size}")
-        self.truncated = 0  # texts cut to max_seq_len so far (also reported on stderr)
-        self._compiled: dict[Any, Any] = {}
-        self._placed: dict[str, Any] = {}
-
-    # ---- public API -----------------------------------------------------------------------
+        arguments.model_options("Model", batch_size, max_seq_len, mesh, dtype)
+        super().__init__(loaded, batch_size=batch_size, max_seq_len=max_seq_len, mesh=mesh,
+                         dtype=dtype)
 
     @property
     def path(self) -> str:
@@ -116,10 +63,17 @@ class Model:
     def num_layers(self) -> int:
         return self.config.num_layers
 
+    def layer_indices(self, layers: Layers, where: str = "layers") -> tuple[int, ...]:
+        """`layers` ('all', an index or indices, negative from the end) as hidden-state indices."""
+        return arguments.layer_indices(where, layers, self.config.num_layers)
+
     def encode(self, texts: Sequence[str], pairs: Sequence[str] | None = None,
                layers: Layers = "all") -> list[Encoded]:
-        """Per-token hidden states of the chosen layers, one `Encoded` per text."""
-        chosen = self.layer_indices(layers)
+        """Per-token hidden states of the chosen layers, one `Encoded` per text of the list
+        `texts` (a lone string is refused; `pairs`, if given, one second text per text)."""
+        texts = arguments.texts("encode", texts)
+        pairs = arguments.pairs("encode", pairs, len(texts))
+        chosen = self.layer_indices(layers, "encode")
         rows = self._rows(texts, pairs)
         fn = self._encoder_fn(("encode", chosen), lambda states, mask: states[jnp.array(chosen)])
         outputs = self._run(fn, rows)
@@ -130,48 +84,112 @@ class Model:
     def embed(self, texts: Sequence[str], pooling: str = "mean", *, layers: Layers = "all",
               normalize: bool = False, pairs: Sequence[str] | None = None,
               standardize=None) -> np.ndarray:
-        """One vector per text [N, H] (fp32): `pooling` over the tokens of the chosen layers;
-        with `standardize` (statistics from `bertjax.embed --fit-standardizer`, or their path),
-        transformed by them before `normalize`."""
-        pooling_name = _checked_pooling(pooling)
-        chosen = self.layer_indices(layers)
-        stats = standardizing.resolve(standardize)
+        """One vector per text of the list `texts` [N, H] (fp32; [0, H] for no texts; a lone
+        string is refused): `pooling` over the tokens of the chosen layers; with `standardize`
+        (statistics from `bertjax.embed --fit-standardizer`, or their path), transformed by them
+        before `normalize`."""
+        texts = arguments.texts("embed", texts)
+        pairs = arguments.pairs("embed", pairs, len(texts))
+        pooling_name = arguments.pooling("embed", pooling)
+        chosen = self.layer_indices(layers, "embed")
+        normalize = arguments.flag("embed", "normalize", normalize)
+        stats = standardizing.resolve(arguments.standardize("embed", standardize))
         if stats is not None:
             standardizing.check_fits(self, stats, standardizing.SENTENCES, chosen, pooling_name)
             raw = self.embed(texts, pooling_name, layers=chosen, pairs=pairs)
             return standardizing.standardized(raw, stats, normalize)
+        if not texts:
+            return np.zeros((0, self.config.hidden_size), np.float32)
 
         def pooled(states, mask):
             vectors = poolings.pool(states[jnp.array(chosen)], mask, pooling_name)
             return poolings.normalized(vectors) if normalize else vectors
 
         fn = self._encoder_fn(("embed", chosen, pooling_name, normalize), pooled)
-        rows = self._rows(texts, pairs)
-        if not rows:
-            return np.zeros((0, self.config.hidden_size), np.float32)
-        return np.stack(self._run(fn, rows)).astype(np.float32)
+        return np.stack(self._run(fn, self._rows(texts, pairs))).astype(np.float32)
 
     def similarity(self, a: Sequence[str], b: Sequence[str], pooling: str = "mean", *,
                    standardize=None) -> np.ndarray:
-        """Cosine similarity of the pooled embeddings (standardised first with `standardize`),
-        [len(a), len(b)]."""
-        stats = standardizing.resolve(standardize)
+        """Cosine similarity of the pooled embeddings (standardised first with `standardize`) of
+        two lists of texts, [len(a), len(b)]."""
+        a = arguments.texts("similarity", a, "a")
+        b = arguments.texts("similarity", b, "b")
+        arguments.pooling("similarity", pooling)
+        stats = standardizing.resolve(arguments.standardize("similarity", standardize))
         left = self.embed(a, pooling, normalize=True, standardize=stats)
         right = self.embed(b, pooling, normalize=True, standardize=stats)
         return left @ right.T
 
     def word_vectors(self, sentences: Sequence[Sequence[str]], layers: Layers = -1,
                      standardize=None) -> list[np.ndarray]:
-        """Contextual word embeddings: per sentence (a list of words) [words, H], each word the
-        mean of its subwords' states averaged over the chosen layers (then transformed by the
-        `standardize` statistics, fitted for word vectors). Words past max_seq_len get NaN rows
-        (counted in `truncated`)."""
-        chosen = self.layer_indices(layers)
-        stats = standardizing.resolve(standardize)
+        """Contextual word embeddings: per sentence, a list of words (a sentence given as one
+        string is refused, not split), [words, H], each word the mean of its subwords' states
+        averaged over the chosen layers (then transformed by the `standardize` statistics,
+        fitted for word vectors). Words past max_seq_len get NaN rows (counted in `truncated`)."""
+        sentences = arguments.sentences("word_vectors", sentences)
+        chosen = self.layer_indices(layers, "word_vectors")
+        stats = standardizing.resolve(arguments.standardize("word_vectors", standardize))
         if stats is not None:
             standardizing.check_fits(self, stats, standardizing.WORDS, chosen)
             return [standardizing.standardized(v, stats, False)
                     for v in self.word_vectors(sentences, chosen)]
+        rows, spans = self._word_rows(sentences)
+        fn = self._encoder_fn(("words", chosen), lambda states, mask: jnp.mean(
+            states[jnp.array(chosen)].astype(jnp.float32), axis=0))
+        vectors = []
+        for out, word_spans in zip(self._run(fn, rows), spans):
+            rows_out = np.full((len(word_spans), self.config.hidden_size), np.nan, np.float32)
+            for i, span in enumerate(word_spans):
+                if span is not None:
+                    rows_out[i] = out[span[0]:span[1]].mean(axis=0)
+            vectors.append(rows_out)
+        return vectors
+
+    def fill_mask(self, text: str | Sequence[str], top_k: int = 5) -> list:
+        """The pretrained MLM head's top_k (token, probability) for each [MASK] in `text`, one
+        text (the one parameter that takes a lone string); for a list of texts, one such list per
+        text. A [MASK] past max_seq_len gets an empty list, and its text counts in `truncated`."""
+        texts = arguments.masked_texts("fill_mask", text)
+        top_k = arguments.integer("fill_mask", "top_k", top_k, 1)
+        fresh = [part for part in self.loaded.record.get("initialized", []) if "MLM" in part]
+        if "mlm" not in (self.loaded.params or {}) or fresh:
+            raise UserError(f"{self.path} has no pretrained MLM head (a fine-tuned run or an "
+                            "encoder-only import); fill_mask needs one")
+        if not texts:
+            return []
+        rows = [self._masked_row(t) for t in texts]
+        positions = [np.flatnonzero(ids == self.tokenizer.special.mask) for ids, _ in rows]
+        dropped = [t.count(MASK) - len(found) for t, found in zip(texts, positions)]
+        self._note_truncated(sum(map(bool, dropped)), f"text(s) cut to {self.max_seq_len} tokens: "
+                             f"their {sum(dropped)} [MASK](s) past it get no predictions")
+        slots = max([len(found) for found in positions] + [1])
+        fn = self._mask_filler_fn(slots, min(top_k, self.config.vocab_size))
+        results = [(self._fill_row(fn, row, found, slots) if len(found) else []) + [[]] * cut
+                   for row, found, cut in zip(rows, positions, dropped)]
+        return results[0] if isinstance(text, str) else results
+
+    def predict(self, texts: Sequence, pairs: Sequence[str] | None = None):
+        """A fine-tuned run's predictions with its own head, labels and settings, for a list of
+        inputs (a lone string is refused; an empty list gives an empty result): classification
+        {"label", "probabilities"}, regression {"score"}, token classification {"words", "tags"}
+        (texts split on whitespace, or lists of words), span classification: texts are
+        (text, start, end) character spans, {"label", "probabilities"} each; QA: texts are
+        questions, pairs their contexts, and the answers come back as {id: text}."""
+        task = str(self.loaded.record.get("task", ""))
+        if not task.startswith("finetune"):
+            raise UserError(f"{self.path} is not a fine-tuned run (its task is "
+                            f"{task or 'not recorded'}); predict needs a task head")
+        kind = task_class(task).kind
+        examples = arguments.task_examples("predict", kind, texts, pairs)
+        if not examples:
+            return {} if kind == "qa" else []
+        settings = trained_settings(TaskSettings(), self.loaded.record)
+        return predict_examples(self.loaded, settings, examples, "the texts given", self.mesh,
+                                self._mesh_rows(self.batch_size), report=False)
+
+    def _word_rows(self, sentences: list[list[str]]):
+        """Token rows of the sentences, and per word its [start, end) tokens (None when past
+        max_seq_len)."""
         rows, spans = [], []
         unk = self.tokenizer.special.unk
         pieces = iter(self.tokenizer.encode_batch([w for s in sentences for w in s]))
@@ -185,201 +203,10 @@ class Model:
                 word_spans.append((len(ids), len(ids) + len(sub)))
                 ids += sub
             ids.append(self.tokenizer.special.sep)
-            cut = sum(span is None for span in word_spans)
-            self.truncated += bool(cut)
+            self.truncated += any(span is None for span in word_spans)
             rows.append((np.asarray(ids, np.int32), np.zeros(len(ids), np.int32)))
             spans.append(word_spans)
-        fn = self._encoder_fn(("words", chosen), lambda states, mask: jnp.mean(
-            states[jnp.array(chosen)].astype(jnp.float32), axis=0))
-        outputs = self._run(fn, rows)
-        vectors = []
-        for out, word_spans in zip(outputs, spans):
-            rows_out = np.full((len(word_spans), self.config.hidden_size), np.nan, np.float32)
-            for i, span in enumerate(word_spans):
-                if span is not None:
-                    rows_out[i] = out[span[0]:span[1]].mean(axis=0)
-            vectors.append(rows_out)
-        return vectors
-
-    def fill_mask(self, text: str | Sequence[str], top_k: int = 5) -> list:
-        """The pretrained MLM head's top_k (token, probability) for each [MASK] in `text` (or, for a
-        list of texts, one such list per text)."""
-        fresh = [part for part in self.loaded.record.get("initialized", []) if "MLM" in part]
-        if "mlm" not in (self.loaded.params or {}) or fresh:
-            raise UserError(f"{self.path} has no pretrained MLM head (a fine-tuned run or an "
-                            "encoder-only import); fill_mask needs one")
-        if top_k < 1:
-            raise UserError(f"top_k must be positive, got {top_k}")
-        texts = [text] if isinstance(text, str) else list(text)
-        rows = [self._masked_row(t) for t in texts]
-        mask_id = self.tokenizer.special.mask
-        positions = [np.flatnonzero(ids == mask_id) for ids, _ in rows]
-        for t, found in zip(texts, positions):
-            if not len(found):
-                raise UserError(f"no [MASK] in {t[:60]!r}")
-        slots = max(len(p) for p in positions)
-        k = min(top_k, self.config.vocab_size)
-        params = self._params("fill_mask", _MaskFiller(self.config), ("encoder", "mlm"),
-                              {"masked_positions": (slots, np.int32)})
-
-        def fill(batch):
-            logits = _MaskFiller(self.config).apply({"params": params}, batch)
-            probs, ids = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), k)
-            return {"probs": probs, "ids": ids}
-
-        jitted = self._compiled.setdefault(("fill_mask", slots, k), jax.jit(fill))
-        results = []
-        for (ids, segments), found in zip(rows, positions):
-            batch = {"input_ids": ids[None], "segment_ids": segments[None],
-                     "input_mask": np.ones((1, len(ids)), np.int32),
-                     "masked_positions": np.pad(found, (0, slots - len(found)))[None]
-                     .astype(np.int32)}
-            out = jax.device_get(jitted(batch))
-            results.append([[(self.tokenizer.id_to_token(int(t)), float(p))
-                             for t, p in zip(out["ids"][0, m], out["probs"][0, m])]
-                            for m in range(len(found))])
-        return results[0] if isinstance(text, str) else results
-
-    def predict(self, texts: Sequence, pairs: Sequence[str] | None = None):
-        """A fine-tuned run's predictions with its own head, labels and settings: classification
-        {"label", "probabilities"}, regression {"score"}, token classification {"words", "tags"}
-        (texts are split on whitespace), span classification: texts are (text, start, end)
-        character spans, {"label", "probabilities"} each; QA: texts are questions, pairs their
-        contexts, and the answers come back as {id: text}."""
-        task = str(self.loaded.record.get("task", ""))
-        if not task.startswith("finetune"):
-            raise UserError(f"{self.path} is not a fine-tuned run (its task is "
-                            f"{task or 'not recorded'}); predict needs a task head")
-        kind = task_class(task).kind
-        if pairs is not None and len(pairs) != len(texts):
-            raise UserError(f"{len(texts)} texts but {len(pairs)} pairs")
-        if kind == "qa":
-            if pairs is None:
-                raise UserError("QA predictions need the contexts: predict(questions, pairs=...)")
-            examples = [QAExample(id=str(i), question=q, context=c, answers=[])
-                        for i, (q, c) in enumerate(zip(texts, pairs))]
-        elif kind == "span":
-            examples = [_span_example(i, t) for i, t in enumerate(texts)]
-        elif kind == "tagged":
-            examples = [TaggedExample(str(i), t.split() if isinstance(t, str) else list(t))
-                        for i, t in enumerate(texts)]
-        else:
-            examples = [TextExample(str(i), t, pairs[i] if pairs is not None else None)
-                        for i, t in enumerate(texts)]
-        settings = trained_settings(TaskSettings(), self.loaded.record)
-        return predict_examples(self.loaded, settings, examples, "the texts given", self.mesh,
-                                self._mesh_rows(self.batch_size), report=False)
-
-    # ---- machinery ---------------------------------------------------------------------------
-
-    def layer_indices(self, layers: Layers) -> tuple[int, ...]:
-        count = self.config.num_layers + 1
-        if isinstance(layers, str):
-            if layers != "all":
-                raise UserError(f"layers={layers!r}: give 'all', an index or a list of indices")
-            return tuple(range(count))
-        chosen = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
-        if not chosen:
-            raise UserError("layers: choose at least one layer")
-        resolved = []
-        for index in chosen:
-            if not -count <= int(index) < count:
-                raise UserError(f"layer {index} does not exist: the model has {count} hidden "
-                                f"states (0 = embeddings .. {count - 1} = last layer)")
-            resolved.append(int(index) % count)
-        return tuple(resolved)
-
-    def _rows(self, texts: Sequence[str], pairs: Sequence[str] | None) -> list[Row]:
-        if isinstance(texts, str):
-            raise UserError("give a list of texts, not one string")
-        if pairs is not None and len(pairs) != len(texts):
-            raise UserError(f"{len(texts)} texts but {len(pairs)} pairs")
-        firsts = self.tokenizer.encode_batch(list(texts))
-        seconds = self.tokenizer.encode_batch(list(pairs)) if pairs is not None else None
-        budget = self.max_seq_len - (3 if seconds is not None else 2)
-        rows, cut_count = [], 0
-        for i, first in enumerate(firsts):
-            a, b, cut = truncate_pair(first, seconds[i] if seconds is not None else None, budget)
-            cut_count += cut
-            ids, segments = assemble(self.tokenizer, a, b)
-            rows.append((np.asarray(ids, np.int32), np.asarray(segments, np.int32)))
-        if cut_count:
-            self.truncated += cut_count
-            print(f"note: {cut_count} text(s) truncated to {self.max_seq_len} tokens",
-                  file=sys.stderr)
-        return rows
-
-    def _masked_row(self, text: str) -> Row:
-        """[CLS] text [SEP] with each literal "[MASK]" as the mask token (the tokenizer would
-        split it into "[", "mask", "]")."""
-        special = self.tokenizer.special
-        pieces = self.tokenizer.encode_batch(text.split("[MASK]"))
-        ids = [special.cls]
-        for i, piece in enumerate(pieces):
-            ids += ([special.mask] if i else []) + piece.tolist()
-        ids = ids[:self.max_seq_len - 1] + [special.sep]
-        return np.asarray(ids, np.int32), np.zeros(len(ids), np.int32)
-
-    def _mesh_rows(self, rows: int) -> int:
-        shards = partitioning.batch_shards(self.mesh)
-        return -(-rows // shards) * shards
-
-    def _params(self, name: str, module: nn.Module, subtrees: tuple[str, ...],
-                extra: dict | None = None):
-        if name not in self._placed:
-            shapes = {key: jax.ShapeDtypeStruct((self._mesh_rows(1), 8), field.dtype)
-                      for key, field in INPUTS.items()}
-            for key, (width, dtype) in (extra or {}).items():
-                shapes[key] = jax.ShapeDtypeStruct((self._mesh_rows(1), width), dtype)
-            _, shardings = abstract_train_state(module, optax.identity(), shapes, self.mesh)
-            params = {key: self.loaded.params[key] for key in subtrees}
-            self._placed[name] = jax.device_put(params, shardings.params)
-        return self._placed[name]
-
-    def _encoder_fn(self, key, head):
-        """jit(batch -> head(hidden states [L+1, B, T, H], mask [B, T])), cached by `key`."""
-        if key not in self._compiled:
-            module = _EncoderWithLayers(self.config)
-            params = self._params("encoder", module, ("encoder",))
-            mesh = self.mesh
-
-            def fn(batch):
-                with partitioning.axis_rules(mesh):
-                    states = module.apply({"params": params}, batch)
-                out = head(states, batch["input_mask"])
-                return jnp.moveaxis(out, 0, 1) if out.ndim == 4 else out  # rows first
-
-            self._compiled[key] = jax.jit(fn)
-        return self._compiled[key]
-
-    def _run(self, fn, rows: list[Row]) -> list:
-        if not rows:
-            return []
-
-        def placed(batch):
-            return fn(partitioning.global_batch(batch, self.mesh))
-
-        return run_bucketed(placed, rows, batch_size=self._mesh_rows(self.batch_size),
-                            limit=self.max_seq_len, pad_id=self.tokenizer.special.pad,
-                            min_rows=partitioning.batch_shards(self.mesh))
-
-
-def _span_example(index: int, given) -> SpanExample:
-    try:
-        text, start, end = given
-    except (TypeError, ValueError):
-        raise UserError(f"span {index}: give (text, start, end), got {given!r}") from None
-    if not isinstance(text, str) or not all(isinstance(x, (int, np.integer)) for x in (start, end)):
-        raise UserError(f"span {index}: give (text, start, end) with integer offsets, got "
-                        f"{given!r}")
-    check_span(text, int(start), int(end), f"span {index}")
-    return SpanExample(str(index), text, int(start), int(end))
-
-
-def _checked_pooling(name: str) -> str:
-    if name not in poolings.POOLINGS:
-        raise UserError(f"unknown pooling {name!r}; choose one of {', '.join(poolings.POOLINGS)}")
-    return name
+        return rows, spans
 
 
 def load(path: str, *, step: int | None = None, batch_size: int = 32,
@@ -387,7 +214,12 @@ def load(path: str, *, step: int | None = None, batch_size: int = 32,
          base: str | None = None) -> Model:
     """A model from a pretraining or fine-tuning workdir (latest checkpoint, or `step`; a
     fine-tuning run's best), a params export, an adapters export (on `base`, by default the base
-    it records), or a Hugging Face BERT directory (converted in memory: nothing is written)."""
+    it records), or a Hugging Face BERT directory (converted in memory: nothing is written).
+    Every argument is checked before anything is read."""
+    path = arguments.path("load", "path", path)
+    step = arguments.integer("load", "step", step, 0, optional=True)
+    base = arguments.path("load", "base", base, optional=True)
+    arguments.model_options("load", batch_size, max_seq_len, mesh, dtype)
     library_logs.quiet_routine_library_logs()
     loaded = loading.load(path, _best_step(path) if step is None else step, base=base)
     return Model(loaded, batch_size=batch_size, max_seq_len=max_seq_len, mesh=mesh, dtype=dtype)
