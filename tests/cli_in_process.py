@@ -29,7 +29,7 @@ COMMANDS = {"main": "bertjax.cli.main", "data.prepare": "bertjax.cli.prepare",
             "data.inspect": "bertjax.cli.inspect", "export": "bertjax.cli.export",
             "convert": "bertjax.cli.convert", "bench": "bertjax.cli.bench",
             "embed": "bertjax.cli.embed", "evaluate": "bertjax.cli.evaluate",
-            "index": "bertjax.cli.index"}
+            "index": "bertjax.cli.index", "wsd": "bertjax.cli.wsd"}
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
 

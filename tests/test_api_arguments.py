@@ -23,7 +23,7 @@ HIDDEN, POSITIONS = 32, 64
 
 
 @pytest.fixture(scope="module")
-def classifier_dir(tmp_path_factory, tokenizer_dir):  # noqa: F811
+def classifier_dir(tmp_path_factory, tokenizer_dir):
     """A fine-tuned sentence classifier's workdir (random weights), for predict."""
     batch = {k: jnp.zeros((1, 4), jnp.int32) for k in ("input_ids", "segment_ids", "input_mask")}
     params = random_params(SequenceClassifier(config(True), num_labels=2), (batch,), 5)
@@ -40,7 +40,7 @@ def classifier_dir(tmp_path_factory, tokenizer_dir):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def models(pretrained, classifier_dir):  # noqa: F811
+def models(pretrained, classifier_dir):
     workdir, _ = pretrained
     return {"pretrained": bertjax.load(workdir), "classifier": bertjax.load(classifier_dir),
             "workdir": workdir}
@@ -207,3 +207,14 @@ def test_masks_past_max_seq_len_are_counted_not_dropped(models, capsys):
 def test_a_mesh_is_accepted(models):
     mesh = make_mesh(1, 1, 1, devices=jax.devices()[:1])
     assert bertjax.load(models["workdir"], mesh=mesh, batch_size=np.int64(2)).batch_size == 2
+
+
+def test_a_model_without_a_vocabulary_says_how_to_give_it_one(tmp_path, pretrained):
+    """The advice names what a user of the API (or embed, index, wsd) can do: --tokenizer and
+    --config.data.tokenizer belong to export and fine-tuning, not to bertjax.load."""
+    _, params = pretrained
+    workdir = save_workdir(str(tmp_path / "wd"), params, config(True), task="pretrain",
+                           heads={"nsp": True, "sbo": False}, tokenizer_dir="")
+    with pytest.raises(UserError, match="keeps no tokenizer.*python -m bertjax.export "
+                                        f"--workdir {workdir} --format params --tokenizer VOCAB"):
+        bertjax.load(workdir)

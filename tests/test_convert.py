@@ -20,6 +20,7 @@ import torch
 from safetensors.numpy import load_file
 from transformers import AutoTokenizer, BertConfig, BertForPreTraining, BertModel
 
+from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.cli import convert
 from bertjax.cli import main
@@ -360,10 +361,17 @@ def test_an_existing_output_is_kept_unless_overwrite(small_hf_dir, tmp_path, cap
     assert_one_line_error(code, err, "would replace the input")
     assert os.path.exists(os.path.join(small_hf_dir, "model.safetensors"))
 
+    # --overwrite replaces a model export only, never a directory of other things.
+    code, _, err = run_cli(convert, ["--from-hf", small_hf_dir, "--output", str(out),
+                                     "--overwrite"], capsys)
+    assert_one_line_error(code, err, "is not a model export", "--overwrite replaces only")
+    assert snapshot(out) == before
+    (out / "keep.txt").unlink()
+    (out / "config.json").write_text("{}")  # what a Hugging Face export holds
     code, _, err = run_cli(convert, ["--from-hf", small_hf_dir, "--output", str(out),
                                      "--overwrite"], capsys)
     assert code == 0, err
-    assert not (out / "keep.txt").exists() and params_dir.is_params_dir(str(out))
+    assert not (out / "config.json").exists() and params_dir.is_params_dir(str(out))
     assert not leftovers(tmp_path)
     assert layout.is_scanned(loading.load(str(out)).params["encoder"])
 
@@ -377,6 +385,6 @@ def test_a_failure_while_writing_leaves_nothing_behind(small_hf_dir, tmp_path, c
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(WordPieceTokenizer, "save", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(UserError, match="no space left on the device writing .*out"):
         convert.convert(small_hf_dir, str(tmp_path / "out"))
     assert os.listdir(tmp_path) == []

@@ -20,6 +20,7 @@ from transformers import (AutoTokenizer, BertForMaskedLM, BertForPreTraining,
                           BertForQuestionAnswering, BertForSequenceClassification,
                           BertForTokenClassification)
 
+from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.cli import convert
 from bertjax.cli import export
@@ -316,9 +317,18 @@ def test_head_records_that_do_not_fit_the_parameters_are_refused(
 
 def test_an_existing_output_is_kept_unless_overwrite_and_a_failed_write_keeps_it(
         tmp_path, capsys, small_workdir, monkeypatch):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine")
+    code, _, err = run_export(capsys, "--workdir", small_workdir, "--format", "hf",
+                              "--output", str(mine), "--overwrite")
+    assert_one_line_error(code, err, "is not a model export", "--overwrite replaces only")
+    assert (mine / "keep.txt").read_text() == "mine" and len(os.listdir(mine)) == 1
+
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
+    code, _, err = run_export(capsys, "--workdir", small_workdir, "--format", "params",
+                              "--output", str(out))
+    assert code == 0, err
     before = snapshot(out)
     code, _, err = run_export(capsys, "--workdir", small_workdir, "--format", "hf",
                               "--output", str(out))
@@ -330,20 +340,20 @@ def test_an_existing_output_is_kept_unless_overwrite_and_a_failed_write_keeps_it
     assert_one_line_error(code, err, "would replace the input")
     assert loading.kind_of(small_workdir) == loading.WORKDIR
 
-    # A disk that fills up half way through: the old export stays whole, no debris.
+    # A disk that fills up half way through: one line, the old export stays whole, no debris.
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as patch:
         patch.setattr(hf_files, "write_tokenizer", disk_full)
-        with pytest.raises(OSError):
+        with pytest.raises(UserError, match="no space left on the device writing"):
             export.export(small_workdir, "hf", str(out), overwrite=True)
     assert snapshot(out) == before and not leftovers(tmp_path)
 
     code, _, err = run_export(capsys, "--workdir", small_workdir, "--format", "hf",
                               "--output", str(out), "--overwrite")
     assert code == 0, err
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not (out / "bertjax.json").exists() and (out / "model.safetensors").exists()
     assert not leftovers(tmp_path)
 
 

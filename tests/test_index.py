@@ -207,8 +207,9 @@ def test_build_refuses_bad_input_and_never_overwrites(built, wiki, minilm_dir, t
     assert_refused(run(build + [str(empty)], capsys), "is empty")
     assert_refused(run(build + [str(duplicated)], capsys), "duplicate document id 'a'",
                    "lines 1 and 3")
-    assert_refused(run(["build", "--model", str(tmp_path), "--corpus", wiki["docs"],
-                        "--output", out], capsys), "is not a model")
+    (tmp_path / "not_a_model").mkdir()
+    assert_refused(run(["build", "--model", str(tmp_path / "not_a_model"), "--corpus",
+                        wiki["docs"], "--output", out], capsys), "is not a model")
     assert_refused(run(build + [wiki["docs"], "--pooling", "median"], capsys),
                    "unknown pooling 'median'")
     assert not os.path.exists(out)

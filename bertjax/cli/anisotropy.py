@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 
 from bertjax.cli import entry, model_options
 from bertjax.cli.embed import read_texts
-from bertjax.core import atomic_files
+from bertjax.core import output_dir
 from bertjax.core.errors import UserError
 from bertjax.evaluation import anisotropy
 
@@ -37,18 +38,36 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _starts_with(magic: bytes):
+    def holds(path: str) -> bool:
+        try:
+            with open(path, "rb") as f:
+                return f.read(len(magic)) == magic
+        except OSError:
+            return False
+    return holds
+
+
+# What --plot and --json write, and so the only files --overwrite replaces.
+PLOT = output_dir.Kind("PNG image", directory=False, holds=_starts_with(b"\x89PNG"))
+REPORT = output_dir.Kind("JSON report", directory=False, holds=_starts_with(b"{"))
+
+
+def _outputs(args: argparse.Namespace):
+    return (("--plot", args.plot, ".png", PLOT), ("--json", args.json, ".json", REPORT))
+
+
 def _check_outputs(args: argparse.Namespace) -> None:
-    for flag, path, suffix in (("--plot", args.plot, ".png"), ("--json", args.json, ".json")):
+    if args.plot is not None and args.json is not None and \
+            os.path.abspath(args.plot) == os.path.abspath(args.json):
+        raise UserError("--plot and --json name the same file")
+    for flag, path, suffix, kind in _outputs(args):
         if path is None:
             continue
         if not path.endswith(suffix):
             raise UserError(f"{flag} {path}: give a {suffix} file")
-        if os.path.exists(path) and not args.overwrite:
-            raise UserError(f"{path} already exists; choose a new output or pass --overwrite")
-        if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise UserError(f"cannot write {path}: its directory does not exist")
-        if os.path.realpath(path) == os.path.realpath(args.corpus):
-            raise UserError(f"{flag} {path} would replace the corpus; choose another output")
+        output_dir.check_target(path, overwrite=args.overwrite, kind=kind,
+                                sources=(args.corpus, args.model))
 
 
 @entry.command
@@ -69,11 +88,15 @@ def main(argv: list[str] | None = None) -> None:
           f"from {args.corpus}; self-similarity over {words} words seen in 2+ sentences")
     print(anisotropy.table(results))
     if args.json:
-        atomic_files.write_json(args.json, {
-            "model": model.path, "corpus": os.path.abspath(args.corpus),
-            "sentences": len(texts), "tokens": len(states.sentences),
-            "layers": {variant: [dataclasses.asdict(g) for g in per_layer]
-                       for variant, per_layer in results.items()}})
+        with output_dir.staged_file(args.json, overwrite=args.overwrite, kind=REPORT,
+                                    sources=(args.corpus, args.model), mode="w") as f:
+            json.dump({"model": model.path, "corpus": os.path.abspath(args.corpus),
+                       "sentences": len(texts), "tokens": len(states.sentences),
+                       "layers": {variant: [dataclasses.asdict(g) for g in per_layer]
+                                  for variant, per_layer in results.items()}}, f, indent=2)
+            f.write("\n")
     if args.plot:
-        anisotropy.plot(results, args.plot, f"{model.path}: {len(texts)} sentences")
+        with output_dir.staged_file(args.plot, overwrite=args.overwrite, kind=PLOT,
+                                    sources=(args.corpus, args.model)) as f:
+            anisotropy.plot(results, f, f"{model.path}: {len(texts)} sentences")
         print(f"wrote {args.plot}")

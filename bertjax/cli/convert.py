@@ -51,7 +51,8 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
             overwrite: bool = False) -> tuple[EncoderConfig, list[str]]:
     """Writes the params export; returns its model and notes on what was initialized or left
     out."""
-    output_dir.check_target(output, overwrite=overwrite, sources=(hf_dir,))
+    output_dir.check_target(output, overwrite=overwrite, kind=params_dir.MODEL_EXPORT,
+                            sources=(hf_dir,))
     hf_config = hf_files.read_config(hf_dir)
     hf_models.check_architecture(hf_config)  # before reading gigabytes of weights
     tokenizer, notes = hf_files.read_tokenizer(hf_dir)
@@ -70,7 +71,7 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
             "architectures": hf_config.get("architectures") or [],
             "initialized": imported.initialized}
     params_dir.save(output, imported.params, imported.model, heads=CONVERTED_HEADS,
-                    tokenizer=tokenizer, info=info, overwrite=overwrite)
+                    tokenizer=tokenizer, info=info, overwrite=overwrite, sources=(hf_dir,))
     return imported.model, notes
 
 

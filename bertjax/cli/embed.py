@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from bertjax.cli import entry, model_options
-from bertjax.core.atomic_files import replacing
+from bertjax.core import output_dir
 from bertjax.core.errors import UserError
 from bertjax.inference import standardizing
 from bertjax.model.pooling import POOLINGS
@@ -62,16 +62,28 @@ def read_texts(path: str) -> list[str]:
     return lines
 
 
-def _check_output(output: str, input_path: str, overwrite: bool) -> None:
-    if os.path.isdir(output):
-        raise UserError(f"{output} is a directory; give the .npy file to write")
-    if os.path.exists(output) and not overwrite:
-        raise UserError(f"{output} already exists; choose a new output or pass --overwrite")
-    if os.path.exists(input_path) and os.path.realpath(output) == os.path.realpath(input_path):
-        raise UserError(f"the output {output} would replace the input; choose another output")
-    directory = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(directory):
-        raise UserError(f"cannot write {output}: {directory} is not an existing directory")
+def _is_npy(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(6) == b"\x93NUMPY"
+    except OSError:
+        return False
+
+
+# What embedding writes, and so the only file its --overwrite replaces.
+EMBEDDINGS = output_dir.Kind("embeddings file (.npy)", directory=False, holds=_is_npy)
+
+
+def _inputs(args: argparse.Namespace) -> tuple:
+    """What the command reads, which its output must never replace."""
+    return (args.input, args.fit_standardizer, args.standardize, args.model)
+
+
+def _check_output(args: argparse.Namespace) -> None:
+    if os.path.isdir(args.output):
+        raise UserError(f"{args.output} is a directory; give the .npy file to write")
+    output_dir.check_target(args.output, overwrite=args.overwrite, kind=EMBEDDINGS,
+                            sources=_inputs(args))
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -118,7 +130,7 @@ def _fit_standardizer(args: argparse.Namespace, layers) -> None:
     if not args.output.endswith(".npz"):
         raise UserError(f"statistics are written as .npz; give --output a .npz name, not "
                         f"{args.output}")
-    _check_output(args.output, args.fit_standardizer, args.overwrite)
+    standardizer.check_output(args.output, overwrite=args.overwrite, sources=_inputs(args))
     texts = read_texts(args.fit_standardizer)
     model = model_options.load_model(args)
     vectors = standardizing.WORDS if args.word_vectors else standardizing.SENTENCES
@@ -126,7 +138,7 @@ def _fit_standardizer(args: argparse.Namespace, layers) -> None:
                               pooling=args.pooling or "mean", layers=layers,
                               components=args.components,
                               corpus=os.path.abspath(args.fit_standardizer))
-    standardizer.save(stats, args.output, overwrite=args.overwrite)
+    standardizer.save(stats, args.output, overwrite=args.overwrite, sources=_inputs(args))
     what = "word" if args.word_vectors else f"{args.pooling}-pooled sentence"
     print(f"wrote {args.method} statistics of {stats.about['count']} {what} vectors "
           f"(layers {stats.about['layers']}) to {args.output}")
@@ -139,16 +151,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.fit_standardizer is not None:
         _fit_standardizer(args, layers)
         return
-    _check_output(args.output, args.input, args.overwrite)
+    _check_output(args)
     stats = standardizing.resolve(args.standardize)
     texts = read_texts(args.input)
     with contextlib.ExitStack() as stack:
         # Opened before the model loads: an unwritable directory is found before the work, and
         # the temporary file is removed if anything below fails.
-        try:
-            out = stack.enter_context(replacing(args.output, "wb"))
-        except OSError as e:
-            raise UserError(f"cannot write {args.output}: {e.strerror or e}") from None
+        out = stack.enter_context(output_dir.staged_file(
+            args.output, overwrite=args.overwrite, kind=EMBEDDINGS, sources=_inputs(args)))
         model = model_options.load_model(args)
         start = time.perf_counter()
         vectors = model.embed(texts, args.pooling, layers=layers, normalize=args.normalize,

@@ -110,7 +110,8 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not os.path.exists(source):
         raise UserError(f"checkpoint not found: {source}")
-    output_dir.check_target(output, overwrite=overwrite, sources=(source,))
+    output_dir.check_target(output, overwrite=overwrite, kind=params_dir.MODEL_EXPORT,
+                            sources=(source, tokenizer))
     _check_adaptation(source, fmt, loading.describe(source).require_encoder(), merge_lora)
     bundle = loading.load(source, step)
     model, params = bundle.require_encoder(), bundle.params
@@ -125,19 +126,22 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
                           method={"name": bundle.record["adaptation"]["method"],
                                   "fresh": bundle.record["adaptation"]["fresh"]},
                           base=_base_of(source, bundle),
-                          tokenizer=vocabulary, info=record, overwrite=overwrite)
+                          tokenizer=vocabulary, info=record, overwrite=overwrite,
+                          sources=(source, tokenizer))
         return warnings
     if fmt == "params":
         if merge_lora:
             record.pop("method", None)  # a plain model now
         params_dir.save(output, params, model, heads=bundle.heads,
-                        tokenizer=vocabulary, info=record, overwrite=overwrite)
+                        tokenizer=vocabulary, info=record, overwrite=overwrite,
+                        sources=(source, tokenizer))
         return warnings
     # An ELECTRA run is two models: the discriminator in OUT, the generator in a subdirectory.
     models = (hf_electra.to_hf(params, model, bundle.heads) if hf_electra.is_electra(bundle.heads)
               else {"": hf_models.to_hf(params, model, bundle.heads)})
     notes = [note for hf in models.values() for note in hf.notes]
-    with output_dir.staged(output, overwrite=overwrite) as staging:
+    with output_dir.staged(output, overwrite=overwrite, kind=params_dir.MODEL_EXPORT,
+                           sources=(source, tokenizer)) as staging:
         for subdir, hf in models.items():
             directory = os.path.join(staging, subdir)
             os.makedirs(directory, exist_ok=True)

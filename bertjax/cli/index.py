@@ -27,7 +27,7 @@ import os
 import sys
 
 from bertjax.cli import entry
-from bertjax.core import atomic_files
+from bertjax.core import output_dir
 from bertjax.core.errors import UserError
 from bertjax.inference import standardizing
 from bertjax.inference.api import load
@@ -149,7 +149,7 @@ def _search(args) -> None:
     if (method == APPROXIMATE or args.report_recall) and not index.has_approximate:
         index.approximate_index()  # raises: the index has none
     if args.output is not None:
-        _check_output(args.output, args.overwrite)
+        _check_output(args)
     cross_encoder, model = _models(index, args)
     # Warned only now: a refused command prints its one error line and nothing else.
     k = clamped(args.k, index.size)
@@ -178,18 +178,37 @@ def _search(args) -> None:
     if args.output is None:
         sys.stdout.writelines(lines)
         return
-    with atomic_files.replacing(args.output) as f:
+    with output_dir.staged_file(args.output, overwrite=args.overwrite, kind=RANKINGS,
+                                sources=_inputs(args), mode="w") as f:
         f.writelines(lines)
     print(f"wrote {len(queries)} rankings to {args.output}", file=sys.stderr)
 
 
-def _check_output(path: str, overwrite: bool) -> None:
-    if os.path.exists(path) and not overwrite:
-        raise UserError(f"{path} already exists; choose a new output or pass --overwrite")
-    if os.path.isdir(path):
-        raise UserError(f"{path} is a directory")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise UserError(f"the directory of {path} does not exist")
+def _is_rankings(path: str) -> bool:
+    """A file `search --output` wrote: JSON lines with "results" (or nothing: no queries)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = f.readline()
+        return not first or "results" in json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError, TypeError):
+        return False
+
+
+# What `search --output` writes, and so the only file its --overwrite replaces.
+RANKINGS = output_dir.Kind("rankings file (from index search --output)", directory=False,
+                           holds=_is_rankings)
+
+
+def _inputs(args) -> tuple:
+    """What a search reads, which its output must never replace."""
+    return (args.index, args.queries, args.model, args.rerank, args.standardize)
+
+
+def _check_output(args) -> None:
+    if os.path.isdir(args.output):
+        raise UserError(f"{args.output} is a directory; give the file to write")
+    output_dir.check_target(args.output, overwrite=args.overwrite, kind=RANKINGS,
+                            sources=_inputs(args))
 
 
 def _evaluate(args) -> None:

@@ -14,7 +14,7 @@ from bertjax.inference import loading, standardizing
 from bertjax.inference.api import load
 from bertjax.wsd import wordnet
 from bertjax.wsd.evaluation import corpus_frequencies, evaluate
-from bertjax.wsd.index import SenseIndex, layers_record
+from bertjax.wsd.index import SENSE_INDEX, SenseIndex, layers_record
 
 
 def _layers_arg(text: str):
@@ -78,8 +78,14 @@ def _lines(path: str):
 
 
 def _evaluate(args) -> None:
-    examples = wordnet.read_examples()
     lemmas = None if args.all_lemmas else args.lemmas
+    # Refused before WordNet is read (seconds): the same checks `split` makes.
+    if args.holdout < 2:
+        raise UserError(f"holdout must be at least 2 (one example in k held out), got "
+                        f"{args.holdout}")
+    if lemmas is not None and lemmas < 1:
+        raise UserError(f"lemmas must be positive, got {lemmas}")
+    examples = wordnet.read_examples()
     dataset = wordnet.split(examples, lemmas=lemmas, holdout=args.holdout)
     stats = standardizing.resolve(args.standardize)
     model = _load_model(args)
@@ -103,11 +109,12 @@ def _evaluate(args) -> None:
 
 
 def _fit(args) -> None:
-    output_dir.check_target(args.output, overwrite=args.overwrite, sources=(args.model,))
+    output_dir.check_target(args.output, overwrite=args.overwrite, kind=SENSE_INDEX,
+                            sources=(args.model, args.standardize))
+    if args.lemmas is not None and args.lemmas < 1:  # before WordNet is read (seconds)
+        raise UserError(f"--lemmas must be positive, got {args.lemmas}")
     chosen = wordnet.ambiguous_lemmas(wordnet.read_examples(), min_examples=1)
     if args.lemmas is not None:
-        if args.lemmas < 1:
-            raise UserError(f"--lemmas must be positive, got {args.lemmas}")
         chosen = dict(list(chosen.items())[:args.lemmas])
     examples = [e for senses in chosen.values() for found in senses.values() for e in found]
     stats = standardizing.resolve(args.standardize)

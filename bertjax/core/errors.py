@@ -12,6 +12,9 @@ import sys
 from typing import Callable, Collection, TypeVar
 
 EXIT_BAD_INPUT = 2
+# 128 + SIGTERM, as a shell reports a process the signal ended: a command stopped while writing
+# an output (bertjax.core.output_dir) did not finish, and removed what it had written.
+EXIT_TERMINATED = 143
 
 _F = TypeVar("_F", bound=Callable[..., object])
 _V = TypeVar("_V")

@@ -8,6 +8,7 @@ import shutil
 from typing import Iterator
 
 from bertjax.core.errors import UserError
+from bertjax.core.output_dir import readable_size
 
 
 @contextlib.contextmanager
@@ -20,17 +21,9 @@ def full_disk_reported(output_dir: str) -> Iterator[None]:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         try:
-            free = f"{_bytes(shutil.disk_usage(output_dir).free)} free there"
+            free = f"{readable_size(shutil.disk_usage(output_dir).free)} free there"
         except OSError:
             free = "free space unknown"
         raise UserError(f"no space left on the device writing the prepared corpus {output_dir} "
                         f"({free}); its complete shards are kept: free some space and run the "
                         "same command again to finish") from None
-
-
-def _bytes(count: int) -> str:
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if count < 1024 or unit == "GiB":
-            return f"{count} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} TiB"

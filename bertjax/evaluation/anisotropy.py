@@ -78,7 +78,7 @@ def table(results: dict[str, list[anisotropy.Geometry]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: dict[str, list[anisotropy.Geometry]], path: str, title: str) -> None:
+def plot(results: dict[str, list[anisotropy.Geometry]], path, title: str) -> None:
     """Three panels (baseline cosine, self-similarity, top-10 variance share) against the
     layer, one line per variant, written as a PNG."""
     # deferred: pyplot takes ~1 s to import, and only this drawing needs it
@@ -101,5 +101,5 @@ def plot(results: dict[str, list[anisotropy.Geometry]], path: str, title: str) -
     axes[0].legend(fontsize=8)
     figure.suptitle(title, fontsize=10)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    figure.savefig(path, dpi=100, format="png")  # `path` may be an open file
     plt.close(figure)

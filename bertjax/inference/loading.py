@@ -17,10 +17,10 @@ here, so a path means the same thing to every command.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any
 
+from bertjax.core import json_records
 from bertjax.core.errors import UserError
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.interop import adapters_dir, hf_bert_config, hf_files, hf_models, params_dir
@@ -127,15 +127,9 @@ def read_json(path: str) -> dict:
     if not os.path.exists(path):
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"{path} is unreadable ({e}); restore it or use another "
-                        "directory") from None
-    if not isinstance(value, dict):
-        raise UserError(f"{path} does not hold a JSON object; restore it or use another "
-                        "directory")
-    return value
+        return json_records.read_object(path)
+    except json_records.NotAnObject as e:
+        raise UserError(f"{path} {e}; restore it or use another directory") from None
 
 
 def _encoder(record: dict, key: str, path: str) -> EncoderConfig | None:

@@ -70,6 +70,11 @@ class Runner:
         self.max_seq_len = limit if max_seq_len is None else min(max_seq_len, limit)
         self.batch_size = int(batch_size)  # numpy's integers are accepted
         self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])
+        if not loaded.has_tokenizer:  # loaded.tokenizer()'s advice names the jobs' options
+            raise UserError(f"{loaded.path} keeps no tokenizer, which a loaded model needs to "
+                            "read text: export it with its vocabulary (`python -m bertjax.export "
+                            f"--workdir {loaded.path} --format params --tokenizer VOCAB --output "
+                            "DIR`) and use DIR")
         self.tokenizer = loaded.tokenizer()
         if self.tokenizer.vocab_size != config.vocab_size:
             raise UserError(f"the tokenizer of {loaded.path} has {self.tokenizer.vocab_size} "

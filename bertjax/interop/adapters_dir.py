@@ -57,7 +57,8 @@ def fingerprint(encoder: Mapping, exclude: set[str]) -> str:
 
 
 def save(directory: str, params: Mapping, model: EncoderConfig, *, heads: dict, method: dict,
-         base: str, tokenizer=None, info: dict | None = None, overwrite: bool = False) -> str:
+         base: str, tokenizer=None, info: dict | None = None, overwrite: bool = False,
+         sources: tuple = ()) -> str:
     """Writes the export of a run's `params` (the whole tree: the base part is left out here)."""
     names = trained_names(params, method)
     flat = _flat(params)
@@ -66,7 +67,7 @@ def save(directory: str, params: Mapping, model: EncoderConfig, *, heads: dict, 
               "base": {"path": base, "fingerprint": fingerprint(params["encoder"], names)}}
     # params_dir writes the files; the record's "format" replaces its own.
     return params_dir.save(directory, own, model, heads=heads, tokenizer=tokenizer, info=record,
-                           overwrite=overwrite)
+                           overwrite=overwrite, sources=sources)
 
 
 def combine(own: Mapping, base_params: Mapping, model: EncoderConfig, record: Mapping,

@@ -23,6 +23,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
+from bertjax.core import json_records
 from bertjax.core.errors import UserError
 
 CONFIG = "config.json"
@@ -46,13 +47,9 @@ def read_config(hf_dir: str) -> dict:
     if not os.path.isfile(path):
         raise UserError(f"{hf_dir} is not a Hugging Face BERT checkpoint: it has no {CONFIG}")
     try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
-    if not isinstance(config, dict):
-        raise UserError(f"{path} is not a JSON object")
-    return config
+        return json_records.read_object(path)
+    except json_records.NotAnObject as e:
+        raise UserError(f"cannot read {path}: it {e}") from None
 
 
 def read_state_dict(hf_dir: str) -> dict[str, np.ndarray]:
@@ -177,8 +174,8 @@ def _read_json_object(path: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         return {}
     try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
-    return value if isinstance(value, dict) else {}
+        return json_records.read_object(path)
+    except json_records.NotAnObject as e:
+        if "not an object" in str(e):  # tokenizer_config.json is optional advice: ignored
+            return {}
+        raise UserError(f"cannot read {path}: it {e}") from None

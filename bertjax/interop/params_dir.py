@@ -33,10 +33,22 @@ def is_params_dir(path: str) -> bool:
     return os.path.isfile(os.path.join(path, INFO_FILE))
 
 
+def is_model_export(path: str) -> bool:
+    """A params-only or adapters export (bertjax.json) or a Hugging Face one (config.json)."""
+    return is_params_dir(path) or os.path.isfile(os.path.join(path, "config.json"))
+
+
+# What `export` and `convert` write, and so the only thing their --overwrite replaces.
+MODEL_EXPORT = output_dir.Kind("model export (bertjax.json or config.json)", directory=True,
+                               holds=is_model_export)
+
+
 def save(directory: str, params: Any, model: EncoderConfig, *, heads: dict, tokenizer=None,
-         info: dict | None = None, overwrite: bool = False) -> str:
-    """Writes a params-only export; refuses an existing target unless `overwrite`."""
-    with output_dir.staged(directory, overwrite=overwrite) as staging:
+         info: dict | None = None, overwrite: bool = False, sources: tuple = ()) -> str:
+    """Writes a params-only export; refuses an existing target unless `overwrite` (and then one
+    that is not a model export), and a target that is one of `sources`."""
+    with output_dir.staged(directory, overwrite=overwrite, kind=MODEL_EXPORT,
+                           sources=sources) as staging:
         host = jax.tree.map(np.asarray, jax.device_get(params))
         ocp.PyTreeCheckpointer().save(os.path.join(staging, PARAMS_DIR), host)
         if tokenizer is not None:

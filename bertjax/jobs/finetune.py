@@ -89,7 +89,10 @@ def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int
             "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
             "task_settings": data.task.recorded_settings(),
-            "adaptation": {"method": s.method.name, "fresh": list(fresh)}}
+            "adaptation": {"method": s.method.name, "fresh": list(fresh)},
+            # What re-ranking checks: a cross-encoder must have been trained on text pairs.
+            "text_pairs": any(getattr(e, "text_pair", None) is not None
+                              for e in data.train_examples[:1000])}
     if s.distill is not None:
         info["distill"] = dataclasses.asdict(s.distill)
     return compared, info

@@ -14,6 +14,8 @@ exact search's.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 LIBRARY = "faiss-cpu"
@@ -21,6 +23,15 @@ KIND = "HNSWFlat"
 LINKS = 32             # M: neighbours per node; more raises recall, memory and build time
 EF_CONSTRUCTION = 200  # candidate list while building
 EF_SEARCH = 128        # candidate list while searching (raised to k when k is larger)
+# FAISS prefixes its messages with the C++ function and source line: no use to a reader.
+_FAISS_LOCATION = re.compile(r"^Error in .*? at \S+:\d+: (Error: )?", re.DOTALL)
+
+
+class FaissError(Exception):
+    """FAISS refused a file or a search (its C++ exceptions reach Python as RuntimeError)."""
+
+    def __init__(self, error: RuntimeError):
+        super().__init__(" ".join(_FAISS_LOCATION.sub("", str(error)).split()))
 
 
 def _faiss():
@@ -49,7 +60,10 @@ def save(index, path: str) -> None:
 
 
 def load(path: str):
-    return _faiss().read_index(path)
+    try:
+        return _faiss().read_index(path)
+    except RuntimeError as e:
+        raise FaissError(e) from None
 
 
 def search(index, queries: np.ndarray, k: int, ef_search: int = EF_SEARCH
@@ -60,5 +74,8 @@ def search(index, queries: np.ndarray, k: int, ef_search: int = EF_SEARCH
         raise ValueError(f"k must be between 1 and the index size {index.ntotal}, got {k}")
     params = faiss.SearchParametersHNSW()
     params.efSearch = max(ef_search, k)
-    scores, ids = index.search(np.ascontiguousarray(queries, np.float32), k, params=params)
+    try:
+        scores, ids = index.search(np.ascontiguousarray(queries, np.float32), k, params=params)
+    except RuntimeError as e:
+        raise FaissError(e) from None
     return scores, ids.astype(np.int64)

@@ -3,6 +3,11 @@
 Text is lower-cased, split into words of two or more characters, stripped of English stop words
 and Snowball-stemmed (PyStemmer), the usual set-up for a BM25 baseline in retrieval papers, so
 the dense models are compared against a fair lexical ranker rather than a bag of raw tokens.
+
+A corpus with no word left after that has nothing to rank by and is refused. A query with none
+is answered, not refused: it scores 0 against every document (an evaluation counts what it
+finds then as chance, as for any query sharing no word with the corpus), so one such query
+among many does not stop the baseline.
 """
 
 from __future__ import annotations
@@ -12,9 +17,11 @@ from typing import Sequence
 
 import numpy as np
 
+from bertjax.core.errors import UserError
+
 
 class Bm25:
-    def __init__(self, documents: Sequence[str]):
+    def __init__(self, documents: Sequence[str], name: str = "the corpus"):
         # deferred: only the --bm25 baseline loads bm25s and PyStemmer's native library
         import bm25s
         import Stemmer
@@ -27,7 +34,12 @@ class Bm25:
         self._stemmer = Stemmer.Stemmer("english")
         self.size = len(documents)
         self._retriever = bm25s.BM25()
-        self._retriever.index(self._tokens(documents), show_progress=False)
+        tokens = self._tokens(documents)
+        if not any(tokens):
+            raise UserError(f"BM25 has nothing to rank {name} by: every word of its "
+                            f"{len(documents)} documents is an English stop word or a single "
+                            "character")
+        self._retriever.index(tokens, show_progress=False)
 
     def _tokens(self, texts: Sequence[str]):
         return self._bm25s.tokenize(list(texts), stopwords="en", stemmer=self._stemmer,

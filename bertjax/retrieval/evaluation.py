@@ -47,7 +47,8 @@ def evaluate(index: Index, queries: Sequence[Query], model, *, bm25: bool = Fals
         results["dense approximate"] = metrics.mean_metrics(ids(approximate_run.rows), relevant)
         approximate_recall = metrics.overlap_recall(approximate_run.rows, exact_run.rows)
     if bm25:
-        _, rows = Bm25([d.text for d in index.documents]).search(texts, depth)
+        _, rows = Bm25([d.text for d in index.documents],
+                       f"the documents of {index.path}").search(texts, depth)
         results["BM25"] = metrics.mean_metrics(ids(rows.tolist()), relevant)
     if cross_encoder is not None:
         candidates = min(max(rerank_k, depth), index.size)

@@ -83,7 +83,7 @@ def read_corpus(path: str) -> list[Document]:
 
 def read_queries(path: str, *, relevant: bool = False) -> list[Query]:
     """The queries of a .txt or .jsonl file; with `relevant`, each must list its relevant ids."""
-    if not path.endswith(".jsonl"):
+    if not path.lower().endswith(".jsonl"):
         if relevant:
             raise UserError(f"{path}: evaluation needs a .jsonl query file whose lines list "
                             "their \"relevant\" document ids")

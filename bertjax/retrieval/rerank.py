@@ -30,6 +30,10 @@ class CrossEncoder:
             raise UserError(f"{path} is not a fine-tuned classification run (task "
                             f"{record.get('task') or 'not recorded'}); re-ranking needs a "
                             "pair classifier such as configs/finetune_pair.py trains")
+        if record.get("text_pairs") is False:
+            raise UserError(f"{path} was trained on single texts, not (query, passage) pairs; "
+                            "re-ranking needs a pair classifier such as "
+                            "configs/finetune_pair.py trains")
         if positive_label and positive_label not in labels:
             raise UserError(f"the positive label {positive_label!r} is not one of {path}'s labels "
                             f"({', '.join(labels)})")

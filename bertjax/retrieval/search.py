@@ -13,7 +13,7 @@ import numpy as np
 
 from bertjax.core.errors import UserError
 from bertjax.retrieval import approximate, exact
-from bertjax.retrieval.index import Index
+from bertjax.retrieval.index import HNSW, Index, damaged
 
 EXACT, APPROXIMATE = "exact", "approximate"
 
@@ -40,7 +40,11 @@ def clamped(k: int, size: int, what: str = "--k") -> int:
 def dense(index: Index, query_vectors: np.ndarray, k: int, method: str = EXACT
           ) -> tuple[np.ndarray, np.ndarray]:
     if method == APPROXIMATE:
-        return approximate.search(index.approximate_index(), query_vectors, k)
+        graph = index.approximate_index()
+        try:
+            return approximate.search(graph, query_vectors, k)
+        except approximate.FaissError as e:
+            raise damaged(index.path, f"FAISS failed searching {HNSW} ({e})") from None
     return exact.search(index.vectors, query_vectors, k)
 
 

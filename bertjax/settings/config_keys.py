@@ -5,6 +5,7 @@ refused by its dotted name rather than filled in with a second, hidden default."
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import ml_collections
 
@@ -32,6 +33,7 @@ class Section:
         value = self._values[key]
         if isinstance(value, ml_collections.ConfigDict):
             return Section(value, name + ".")
+        _check_finite(name, value)
         return value
 
     def __contains__(self, key: str) -> bool:
@@ -39,6 +41,15 @@ class Section:
 
     def keys(self) -> list[str]:
         return list(self._values.keys())
+
+
+def _check_finite(name: str, value) -> None:
+    """No setting means infinity or NaN: an inf weight or temperature would train, then diverge
+    and be reported as a learning-rate problem; refused here, where every setting is read."""
+    values = value if isinstance(value, (tuple, list)) else (value,)
+    for item in values:
+        if isinstance(item, float) and not math.isfinite(item):
+            raise UserError(f"{name} must be a finite number, got {value}")
 
 
 def strict(config: ml_collections.ConfigDict | Section) -> Section:

@@ -26,7 +26,7 @@ from typing import Iterable
 
 import numpy as np
 
-from bertjax.core import atomic_files
+from bertjax.core import output_dir
 from bertjax.core.errors import UserError, check_choice
 
 FORMAT = "bertjax-standardizer"
@@ -151,20 +151,37 @@ def fit(blocks: Iterable[np.ndarray], method: str, about: dict, *,
     return Standardizer(method, mean, np.ones(dim), np.ascontiguousarray(top), about)
 
 
-def save(standardizer: Standardizer, path: str, *, overwrite: bool = False) -> None:
-    """STATS as one .npz, written whole or not at all; never over a file without `overwrite`."""
+def _is_statistics_file(path: str) -> bool:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return "record.npy" in archive.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+# What `save` writes, and so the only file its overwrite replaces.
+STATISTICS = output_dir.Kind("statistics file (.npz from --fit-standardizer)", directory=False,
+                             holds=_is_statistics_file)
+
+
+def check_output(path: str, *, overwrite: bool, sources: tuple = ()) -> None:
+    """Refuses STATS before the statistics are fitted: see `bertjax.core.output_dir`."""
     if os.path.isdir(path):
         raise UserError(f"{path} is a directory; give the .npz file to write")
-    if os.path.exists(path) and not overwrite:
-        raise UserError(f"{path} already exists; choose a new output or pass --overwrite")
+    output_dir.check_target(path, overwrite=overwrite, kind=STATISTICS, sources=sources)
+
+
+def save(standardizer: Standardizer, path: str, *, overwrite: bool = False,
+         sources: tuple = ()) -> None:
+    """STATS as one .npz, written whole or not at all; never over a file without `overwrite`,
+    over another kind of file, or over one of `sources`."""
+    check_output(path, overwrite=overwrite, sources=sources)
     record = {"format": FORMAT, "version": VERSION, "method": standardizer.method,
               "about": standardizer.about}
-    try:
-        with atomic_files.replacing(path, "wb") as f:
-            np.savez(f, mean=standardizer.mean, scale=standardizer.scale,
-                     components=standardizer.components, record=np.array(json.dumps(record)))
-    except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    with output_dir.staged_file(path, overwrite=overwrite, kind=STATISTICS,
+                                sources=sources) as f:
+        np.savez(f, mean=standardizer.mean, scale=standardizer.scale,
+                 components=standardizer.components, record=np.array(json.dumps(record)))
 
 
 def load(path: str) -> Standardizer:
@@ -173,7 +190,11 @@ def load(path: str) -> Standardizer:
         raise UserError(f"statistics file not found: {path} (fit one with `python -m "
                         "bertjax.embed --fit-standardizer`)")
     try:
-        with np.load(path, allow_pickle=False) as saved:
+        opened = np.load(path, allow_pickle=False)
+        if not isinstance(opened, np.lib.npyio.NpzFile):  # a .npy: one array, no record
+            raise UserError(f"{path} is not a bertjax statistics file (one array, not the .npz "
+                            "that --fit-standardizer writes)")
+        with opened as saved:
             missing = [key for key in (*ARRAYS, "record") if key not in saved.files]
             if missing:
                 raise UserError(f"{path} is not a bertjax statistics file (no {missing[0]})")

@@ -1,7 +1,9 @@
 """A sense index: one embedding per word sense, and the 1-nearest-neighbour sense of a word.
 
 Files: DIR/wsd_index.json (the senses, layers and the model's parameter digest) and
-DIR/sense_vectors.npz (the unit-length sense embeddings [senses, hidden]).
+DIR/sense_vectors.npz (the unit-length sense embeddings [senses, hidden]). Loading checks the
+JSON's keys and types and the array's shape against it, before the model is loaded: a damaged
+index is one line, "DIR is damaged: ...; rebuild it with `python -m bertjax.wsd fit`".
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import zipfile
 from typing import Sequence
 
 import jax
@@ -19,6 +22,7 @@ import numpy as np
 from bertjax.core import output_dir
 from bertjax.core.errors import UserError
 from bertjax.inference.api import load
+from bertjax.retrieval import integrity
 from bertjax.vectors.standardizer import Standardizer, require_same
 from bertjax.wsd import wordnet
 from bertjax.wsd.wordnet import Example, Sense
@@ -26,7 +30,20 @@ from bertjax.wsd.wordnet import Example, Sense
 INFO_FILE = "wsd_index.json"
 VECTORS_FILE = "sense_vectors.npz"
 FORMAT = "bertjax-wsd-index"
+# What `fit` writes, and so the only directory its overwrite replaces.
+SENSE_INDEX = output_dir.Kind("sense index (from wsd fit)", directory=True,
+                              holds=lambda path: os.path.isfile(os.path.join(path, INFO_FILE)))
 VERSION = 1
+REBUILD = "python -m bertjax.wsd fit"
+INFO_SCHEMA = {
+    "format": str, "version": int, "layers": (str, int, [int]),
+    "model": {"path": str, "digest": str, "hidden_size": int},
+    "standardizer": (None, {"digest": str, "method": str}),
+    "senses": [{"id": str, "lemma": str, "pos": str, "offset": str, "definition": str,
+                "examples": int}],
+}
+# What np.load raises on a truncated, garbage or foreign .npz.
+NPZ_ERRORS = (zipfile.BadZipFile, ValueError, KeyError, OSError, EOFError)
 
 
 def model_digest(model) -> str:
@@ -162,7 +179,7 @@ class SenseIndex:
                 "standardizer": self.standardizer.describe() if self.standardizer else None,
                 "senses": [{**dataclasses.asdict(s), "examples": n}
                            for s, n in zip(self.senses, self.counts)]}
-        with output_dir.staged(directory, overwrite=overwrite) as staging:
+        with output_dir.staged(directory, overwrite=overwrite, kind=SENSE_INDEX) as staging:
             np.savez(os.path.join(staging, VECTORS_FILE), vectors=self.vectors)
             with open(os.path.join(staging, INFO_FILE), "w", encoding="utf-8") as f:
                 json.dump(info, f, indent=1)
@@ -175,6 +192,7 @@ class SenseIndex:
         info = read_info(directory)
         require_same(info.get("standardizer"), standardizer,
                      f"the sense index {directory} was fitted")
+        vectors = _read_vectors(directory, info)
         recorded = info["model"]
         if model is None:
             if not os.path.exists(recorded["path"]):
@@ -185,34 +203,44 @@ class SenseIndex:
         if digest != recorded["digest"]:
             raise UserError(f"the sense index {directory} was fitted with another model "
                             f"({recorded['path']}), not {model.path}; refit it or use that model")
-        try:
-            with np.load(os.path.join(directory, VECTORS_FILE)) as saved:
-                vectors = saved["vectors"]
-        except (OSError, KeyError, ValueError) as e:
-            raise UserError(f"cannot read {os.path.join(directory, VECTORS_FILE)}: {e}") from None
         senses = [Sense(**{k: s[k] for k in ("id", "lemma", "pos", "offset", "definition")})
                   for s in info["senses"]]
-        if vectors.shape != (len(senses), recorded["hidden_size"]):
-            raise UserError(f"{directory} is damaged: {vectors.shape[0]} sense vectors for "
-                            f"{len(senses)} senses")
         return cls(model, senses, vectors, [s["examples"] for s in info["senses"]],
                    info["layers"], digest, standardizer)
+
+
+def damaged(directory: str, what: str) -> UserError:
+    return UserError(f"{directory} is damaged: {what}; rebuild it with `{REBUILD}`")
 
 
 def read_info(directory: str) -> dict:
     path = os.path.join(directory, INFO_FILE)
     if not os.path.isfile(path):
         raise UserError(f"{directory} is not a sense index (no {INFO_FILE}; make one with "
-                        "`python -m bertjax.wsd fit`)")
+                        f"`{REBUILD}`)")
     try:
-        with open(path, encoding="utf-8") as f:
-            info = json.load(f)
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
-    if info.get("format") != FORMAT or info.get("version") != VERSION:
-        raise UserError(f"{path} is not a version-{VERSION} {FORMAT}")
+        info = integrity.read_json_object(path)
+        if info.get("format") != FORMAT or info.get("version") != VERSION:
+            raise UserError(f"{path} is not a version-{VERSION} {FORMAT}")
+        integrity.check_schema(info, INFO_SCHEMA, INFO_FILE)
+    except integrity.Damage as e:
+        raise damaged(directory, str(e)) from None
     return info
 
+
+def _read_vectors(directory: str, info: dict) -> np.ndarray:
+    """The sense vectors, one row per sense of `info`, as wide as its model."""
+    try:
+        with np.load(os.path.join(directory, VECTORS_FILE)) as saved:
+            vectors = saved["vectors"]
+    except NPZ_ERRORS as e:
+        raise damaged(directory, f"{VECTORS_FILE} is unreadable ({type(e).__name__}: "
+                                 f"{e})") from None
+    expected = (len(info["senses"]), info["model"]["hidden_size"])
+    if vectors.shape != expected or not np.issubdtype(vectors.dtype, np.floating):
+        raise damaged(directory, f"{VECTORS_FILE} holds {vectors.dtype} vectors of shape "
+                                 f"{vectors.shape}, {INFO_FILE} describes {expected}")
+    return vectors
 
 
 def _target_vectors(model, items: Sequence[tuple[Sequence[str], int]], layers,

@@ -3,24 +3,31 @@
 expects refused in one line.
 
 Arguments are templates. `{pre}`, `{ft}`, `{params}`, `{hf}`, `{corpus}` and `{files}` name the
-shared inputs (a finished pretraining workdir, a finished fine-tuning workdir made from it, its
-params and Hugging Face exports, a prepared corpus, small data files); `{cfg}` the configs
-directory; `{tmp}` the case's own directory (made before the case, with what its `setup` puts
-there) and `{new}` a path inside it that a refused command must not create. Every directory a
-case names must be left as it was, byte for byte and entry for entry.
+shared inputs (a finished pretraining workdir, a finished fine-tuning workdir made from it (a
+single-sentence classifier), its params and Hugging Face exports, a prepared corpus, small data
+files); `{index}` a retrieval index of {files}/docs.jsonl built with `{pre}` (exact and
+approximate, no standardisation), `{stats}` a directory holding mean.npz (z-score statistics of
+`{pre}`'s mean-pooled vectors over all its layers, fitted on {files}/docs.txt) and `{senses}` a
+sense index fitted with `{pre}` on four hand-made examples of three senses of "bank"; `{cfg}` the
+configs directory; `{tmp}` the case's own directory (made before the case, with what its `setup`
+puts there) and `{new}` a path inside it that a refused command must not create. Every directory
+a case names must be left as it was, byte for byte and entry for entry.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import shutil
 import string
 from typing import Callable
 
+import numpy as np
+
 # The shared inputs a case may name: each is watched whenever a case names it.
-SHARED = ("pre", "ft", "params", "hf", "corpus", "files")
+SHARED = ("pre", "ft", "params", "hf", "corpus", "files", "index", "stats", "senses")
 GARBAGE = b"\x00\xff\xfe garbage \x13\x37 not json {"
 
 
@@ -102,6 +109,21 @@ def _truncate(name: str) -> Callable[[str], None]:
 
 # --- the shared data files ----------------------------------------------------------------------
 
+DOCUMENTS = ("The cat sat on the mat.", "It was warm by the fire.", "A dog ran by the river.",
+             "The dog barked at the ducks.", "Rain fell on the town all night.",
+             "The river rose over its banks.")
+
+
+def _jsonl(records) -> str:
+    return "".join(json.dumps(record) + "\n" for record in records)
+
+
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
 def write_files(directory: str) -> None:
     """The small inputs many cases name (none of them is changed by a case)."""
     pos = "good great fine nice lovely superb".split()
@@ -127,6 +149,30 @@ def write_files(directory: str) -> None:
                     "It barked at the ducks.\n",
         "empty.txt": "",
         "binary.txt": b"some text\x00\x00\x01\x02 and then binary\n",
+        # Retrieval: a corpus, queries, and the mistakes made with them.
+        "docs.jsonl": _jsonl({"id": f"d{i}", "text": text} for i, text in enumerate(DOCUMENTS)),
+        "queries.txt": "where did the cat sit\nwho barked at the ducks\n",
+        "queries.jsonl": _jsonl([{"id": "q1", "text": "where did the cat sit", "relevant": ["d0"]},
+                                 {"id": "q2", "text": "who barked", "relevant": ["d3"]}]),
+        "queries_no_relevant.jsonl": _jsonl([{"text": "where did the cat sit"},
+                                             {"text": "who barked"}]),
+        "queries_unknown_relevant.jsonl": _jsonl([{"id": "q1", "text": "the cat",
+                                                   "relevant": ["doc-17"]}]),
+        "queries_relevant_not_a_list.jsonl": _jsonl([{"id": "q1", "text": "the cat",
+                                                      "relevant": "d0"}]),
+        "queries_query_key.jsonl": _jsonl([{"id": "q1", "query": "where did the cat sit"}]),
+        # Upper case (a name that differs from the others on a case-insensitive disk too).
+        "MY_QUERIES.JSONL": _jsonl([{"id": "q1", "query": "where did the cat sit"}]),
+        "queries_duplicate_ids.jsonl": _jsonl([{"id": "q1", "text": "the cat"},
+                                               {"id": "q1", "text": "the dog"}]),
+        "docs_duplicate_ids.jsonl": _jsonl([{"id": "d1", "text": "a cat"},
+                                            {"id": "d1", "text": "a dog"}]),
+        "docs_no_id.jsonl": _jsonl([{"text": "a cat"}, {"text": "a dog"}]),
+        "docs_blank_text.jsonl": _jsonl([{"id": "d1", "text": "a cat"}, {"id": "d2", "text": " "}]),
+        "docs_garbage.jsonl": GARBAGE,
+        "empty.jsonl": "",
+        "one_line.txt": "The cat sat on the mat.\n",
+        "vectors.npy": _npy(np.zeros((2, 4), np.float32)),
     }
     for name, content in files.items():
         _put(os.path.join(directory, name), content)
@@ -170,6 +216,70 @@ def _prepare(*args: str, output: str = "{new}") -> tuple[str, ...]:
 
 MAIN, PREPARE, INSPECT = "main", "data.prepare", "data.inspect"
 EXPORT, CONVERT, BENCH = "export", "convert", "bench"
+INDEX, EMBED, EVALUATE = "index", "embed", "evaluate"
+WSD = "wsd"  # `python -m bertjax.wsd` (test_catalog.py tells cli_in_process its module)
+
+# A second mistake, found later than the one under test: a case whose setting is not refused
+# yet stops at this file instead of training for minutes (settings are checked before any file).
+NO_TRAIN_FILE = "data.train={tmp}/missing.tsv"
+
+
+def _distill(*overrides: str, workdir: str = "{new}") -> tuple[str, ...]:
+    """configs/distill.py: a student of the shared fine-tuned run on the shared TSVs."""
+    defaults = ("distill.teacher={ft}", "data.train={files}/train.tsv",
+                "data.eval={files}/dev.tsv", "data.max_seq_len=32")
+    given = {o.split("=", 1)[0] for o in overrides}
+    settings = [o for o in defaults if o.split("=", 1)[0] not in given] + list(overrides)
+    return _main("distill.py", f"--workdir={workdir}", *(f"--config.{o}" for o in settings))
+
+
+def _method(*overrides: str) -> tuple[str, ...]:
+    """finetune_sentiment.py with another finetune.method (configs/finetune_base.py's keys)."""
+    return _finetune("finetune_sentiment", *overrides)
+
+
+def _build(*args: str, model: str = "{pre}", corpus: str = "{files}/docs.jsonl",
+           output: str = "{new}") -> tuple[str, ...]:
+    return ("build", "--model", model, "--corpus", corpus, "--output", output, *args)
+
+
+def _search(*args: str, index: str = "{index}", queries: str = "{files}/queries.txt"
+            ) -> tuple[str, ...]:
+    return ("search", "--index", index, "--queries", queries, *args)
+
+
+def _rank(*args: str, index: str = "{index}", queries: str = "{files}/queries.jsonl"
+          ) -> tuple[str, ...]:
+    """`index evaluate`."""
+    return ("evaluate", "--index", index, "--queries", queries, *args)
+
+
+def _embed(*args: str, model: str = "{pre}", input: str = "{files}/docs.txt",
+           output: str = "{tmp}/vectors.npy") -> tuple[str, ...]:
+    return ("--model", model, "--input", input, "--output", output, *args)
+
+
+def _fit(*args: str, model: str = "{pre}", corpus: str = "{files}/docs.txt",
+         output: str = "{tmp}/stats.npz") -> tuple[str, ...]:
+    """`embed --fit-standardizer`."""
+    return ("--model", model, "--fit-standardizer", corpus, "--output", output, *args)
+
+
+def _predict_sense(*args: str, index: str = "{senses}") -> tuple[str, ...]:
+    return ("predict", "--index", index, "--sentence", "The bank of the river was steep.",
+            "--word", "bank", *args)
+
+
+def _manifest(edit: Callable[[dict], None]) -> Callable[[str], None]:
+    return _edit_json("manifest.json", edit)
+
+
+def _model_moved(directory: str) -> None:
+    _manifest(lambda m: m["model"].update(path=os.path.join(directory, "gone")))(directory)
+
+
+def _put_text(name: str, content: str | bytes) -> Callable[[str], None]:
+    return lambda directory: _put(os.path.join(directory, name), content)
 
 CASES = [
     # --- python -m bertjax.main, pretraining configs ------------------------------------------
@@ -429,4 +539,383 @@ CASES = [
     Case("bench-finetuning-config", BENCH, _main("finetune_sentiment.py"),
          "takes a pretraining config"),
     Case("bench-config-file-missing", BENCH, ("--config={tmp}/nope.py",), "config file not found"),
+
+    # --- python -m bertjax.index build --------------------------------------------------------
+    Case("index-build-corpus-missing", INDEX, _build(corpus="{tmp}/docs.jsonl"), "file not found"),
+    Case("index-build-corpus-empty", INDEX, _build(corpus="{files}/empty.jsonl"), "is empty"),
+    Case("index-build-corpus-garbage", INDEX, _build(corpus="{files}/docs_garbage.jsonl"),
+         "cannot read"),
+    Case("index-build-corpus-plain-text", INDEX, _build(corpus="{files}/docs.txt"),
+         "line 1: not JSON"),
+    Case("index-build-corpus-is-an-npy", INDEX, _build(corpus="{files}/vectors.npy"),
+         "cannot read"),
+    Case("index-build-corpus-is-a-directory", INDEX, _build(corpus="{files}"), "cannot read"),
+    Case("index-build-corpus-duplicate-ids", INDEX,
+         _build(corpus="{files}/docs_duplicate_ids.jsonl"), "duplicate document id 'd1'"),
+    Case("index-build-corpus-without-ids", INDEX, _build(corpus="{files}/docs_no_id.jsonl"),
+         'line 1: no "id"'),
+    Case("index-build-corpus-blank-text", INDEX, _build(corpus="{files}/docs_blank_text.jsonl"),
+         'line 2: no "text"'),
+    Case("index-build-model-not-a-model", INDEX, _build(model="{files}"), "is not a model"),
+    Case("index-build-model-missing", INDEX, _build(model="{tmp}/nowhere"),
+         "checkpoint not found"),
+    Case("index-build-model-is-an-index", INDEX, _build(model="{index}"), "is not a model"),
+    Case("index-build-unknown-pooling", INDEX, _build("--pooling", "average"), "average"),
+    Case("index-build-batch-size-zero", INDEX, _build("--batch-size", "0"),
+         "--batch-size must be at least 1"),
+    Case("index-build-output-exists", INDEX, _build(output="{index}"), "already exists"),
+    Case("index-build-overwrite-a-file", INDEX,
+         _build("--overwrite", output="{tmp}/notes.txt"), "--overwrite replaces only",
+         setup=_write("notes.txt", "my notes\n")),
+    Case("index-build-overwrite-a-finetuning-workdir", INDEX,
+         _build("--overwrite", output="{tmp}/wd"), "--overwrite replaces only",
+         setup=_copy("ft")),
+    Case("index-build-overwrite-its-own-corpus", INDEX,
+         _build("--overwrite", corpus="{tmp}/wd/documents.jsonl", output="{tmp}/wd"),
+         "would replace the input", setup=_copy("index")),
+    Case("index-build-standardize-missing", INDEX, _build("--standardize", "{tmp}/stats.npz"),
+         "statistics file not found"),
+    Case("index-build-standardize-garbage", INDEX, _build("--standardize", "{tmp}/stats.npz"),
+         "stats.npz", setup=_write("stats.npz", GARBAGE)),
+    Case("index-build-standardize-other-pooling", INDEX,
+         _build("--pooling", "cls", "--standardize", "{stats}/mean.npz"),
+         "the statistics are of mean pooling, not cls"),
+    Case("index-build-standardize-other-model", INDEX,
+         _build("--standardize", "{stats}/mean.npz", model="{ft}"),
+         "the statistics are of another model"),
+
+    # --- python -m bertjax.index search -------------------------------------------------------
+    Case("index-no-command", INDEX, (), "required"),
+    Case("index-unknown-command", INDEX, ("query", "--index", "{index}"), "invalid choice"),
+    Case("index-search-index-missing", INDEX, _search(index="{tmp}/nowhere"),
+         "is not a bertjax index"),
+    Case("index-search-index-is-a-workdir", INDEX, _search(index="{pre}"),
+         "is not a bertjax index"),
+    Case("index-search-index-is-a-sense-index", INDEX, _search(index="{senses}"),
+         "is not a bertjax index"),
+    Case("index-search-index-is-a-file", INDEX, _search(index="{files}/docs.jsonl"),
+         "is not a bertjax index"),
+    Case("index-search-garbage-manifest", INDEX, _search(index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _garbage("manifest.json"))),
+    Case("index-search-manifest-without-dim", INDEX, _search(index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _manifest(lambda m: m.pop("dim")))),
+    Case("index-search-manifest-without-model", INDEX, _search(index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _manifest(lambda m: m.pop("model")))),
+    Case("index-search-manifest-without-pooling", INDEX, _search(index="{tmp}/wd"),
+         "is damaged", setup=_copy("index", _manifest(lambda m: m.pop("pooling")))),
+    Case("index-search-truncated-vectors", INDEX, _search(index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _truncate("vectors.npy"))),
+    Case("index-search-documents-missing", INDEX, _search(index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _remove("documents.jsonl"))),
+    Case("index-search-approximate-truncated-hnsw", INDEX,
+         _search("--approximate", index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _truncate("hnsw.faiss"))),
+    Case("index-search-approximate-garbage-hnsw", INDEX,
+         _search("--approximate", index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _garbage("hnsw.faiss"))),
+    Case("index-search-approximate-without-hnsw", INDEX,
+         _search("--approximate", index="{tmp}/wd"), "has no approximate index",
+         setup=_copy("index", _manifest(lambda m: m.update(approximate=None)))),
+    Case("index-search-model-gone", INDEX, _search(index="{tmp}/wd"), "is gone",
+         setup=_copy("index", _model_moved)),
+    Case("index-search-k-zero", INDEX, _search("--k", "0"), "--k must be at least 1"),
+    Case("index-search-k-negative", INDEX, _search("--k", "-3"), "--k must be at least 1"),
+    Case("index-search-k-not-an-integer", INDEX, _search("--k", "2.5"), "invalid int value"),
+    Case("index-search-queries-missing", INDEX, _search(queries="{tmp}/queries.txt"),
+         "file not found"),
+    Case("index-search-queries-empty", INDEX, _search(queries="{files}/empty.txt"), "is empty"),
+    Case("index-search-queries-is-an-npy", INDEX, _search(queries="{files}/vectors.npy"),
+         "cannot read"),
+    Case("index-search-queries-is-a-directory", INDEX, _search(queries="{files}"),
+         "cannot read"),
+    Case("index-search-queries-jsonl-not-json", INDEX, _search(queries="{tmp}/queries.jsonl"),
+         "line 1: not JSON", setup=_write("queries.jsonl", "where did the cat sit\n")),
+    Case("index-search-queries-without-text", INDEX,
+         _search(queries="{files}/queries_query_key.jsonl"), 'no "text"'),
+    Case("index-search-upper-case-jsonl-without-text", INDEX,
+         _search(queries="{files}/MY_QUERIES.JSONL"), 'no "text"'),
+    Case("index-search-duplicate-query-ids", INDEX,
+         _search(queries="{files}/queries_duplicate_ids.jsonl"), "duplicate query id 'q1'"),
+    Case("index-search-exact-and-approximate", INDEX, _search("--exact", "--approximate"),
+         "not allowed with"),
+    Case("index-search-model-not-a-model", INDEX, _search("--model", "{files}"),
+         "is not a model"),
+    Case("index-search-model-of-another-run", INDEX, _search("--model", "{ft}"),
+         "an index built by another model"),
+    Case("index-search-standardize-not-built-with", INDEX,
+         _search("--standardize", "{stats}/mean.npz"), "without standardisation"),
+    Case("index-search-batch-size-zero", INDEX, _search("--batch-size", "0"),
+         "--batch-size must be at least 1"),
+    Case("index-search-rerank-single-sentence-classifier", INDEX, _search("--rerank", "{ft}"),
+         "pair classifier"),
+    Case("index-search-rerank-pretraining-run", INDEX, _search("--rerank", "{pre}"),
+         "is not a fine-tuned classification run"),
+    Case("index-search-rerank-k-zero", INDEX, _search("--rerank", "{ft}", "--rerank-k", "0"),
+         "--rerank-k must be at least 1"),
+    Case("index-search-rerank-k-below-k", INDEX,
+         _search("--rerank", "{ft}", "--k", "10", "--rerank-k", "5"),
+         "--rerank-k (5) must be at least --k (10)"),
+    Case("index-search-output-exists", INDEX, _search("--output", "{tmp}/results.jsonl"),
+         "already exists", setup=_write("results.jsonl", '{"id": "1", "results": []}\n')),
+    Case("index-search-output-is-the-queries", INDEX,
+         _search("--output", "{tmp}/q.txt", "--overwrite", queries="{tmp}/q.txt"),
+         "would replace the input", setup=_write("q.txt", "where did the cat sit\n")),
+    Case("index-search-output-inside-the-index", INDEX,
+         _search("--output", "{tmp}/wd/results.jsonl", index="{tmp}/wd"),
+         "would be written inside the input",
+         setup=_copy("index")),
+    Case("index-search-output-directory-missing", INDEX,
+         _search("--output", "{tmp}/out/results.jsonl"), "is not an existing directory"),
+
+    # --- python -m bertjax.index evaluate -----------------------------------------------------
+    Case("index-evaluate-txt-queries", INDEX, _rank(queries="{files}/queries.txt"),
+         "evaluation needs a .jsonl query file"),
+    Case("index-evaluate-queries-without-ids-or-relevant", INDEX,
+         _rank(queries="{files}/queries_no_relevant.jsonl"), 'no "relevant" document ids'),
+    Case("index-evaluate-relevant-not-in-the-index", INDEX,
+         _rank(queries="{files}/queries_unknown_relevant.jsonl"), "'doc-17'"),
+    Case("index-evaluate-relevant-not-a-list", INDEX,
+         _rank(queries="{files}/queries_relevant_not_a_list.jsonl"),
+         '"relevant" must be a non-empty list'),
+    Case("index-evaluate-k-flag", INDEX, _rank("--k", "5"), "unrecognized arguments: --k"),
+    Case("index-evaluate-bm25-garbage-manifest", INDEX, _rank("--bm25", index="{tmp}/wd"),
+         "is damaged", setup=_copy("index", _garbage("manifest.json"))),
+    Case("index-evaluate-truncated-hnsw", INDEX, _rank(index="{tmp}/wd"), "is damaged",
+         setup=_copy("index", _truncate("hnsw.faiss"))),
+    Case("index-evaluate-rerank-single-sentence-classifier", INDEX, _rank("--rerank", "{ft}"),
+         "pair classifier"),
+    Case("index-evaluate-rerank-k-zero", INDEX, _rank("--rerank", "{ft}", "--rerank-k", "0"),
+         "--rerank-k must be at least 1"),
+    Case("index-evaluate-standardize-garbage", INDEX, _rank("--standardize", "{files}/docs.txt"),
+         "docs.txt"),
+
+    # --- python -m bertjax.embed --------------------------------------------------------------
+    Case("embed-input-missing", EMBED, _embed("--pooling", "mean", input="{tmp}/texts.txt"),
+         "input file not found"),
+    Case("embed-input-empty", EMBED, _embed("--pooling", "mean", input="{files}/empty.txt"),
+         "has no text"),
+    Case("embed-input-is-an-npy", EMBED,
+         _embed("--pooling", "mean", input="{files}/vectors.npy"), "is not UTF-8 text"),
+    Case("embed-input-is-a-directory", EMBED, _embed("--pooling", "mean", input="{files}"),
+         "cannot read"),
+    Case("embed-no-pooling", EMBED, _embed(), "--pooling is required"),
+    Case("embed-unknown-pooling", EMBED, _embed("--pooling", "average"), "invalid choice"),
+    Case("embed-model-not-a-model", EMBED, _embed("--pooling", "mean", model="{files}"),
+         "is not a model"),
+    Case("embed-model-is-an-index", EMBED, _embed("--pooling", "mean", model="{index}"),
+         "is not a model"),
+    Case("embed-output-exists", EMBED, _embed("--pooling", "mean"), "already exists",
+         setup=_write("vectors.npy", _npy(np.ones((1, 2), np.float32)))),
+    Case("embed-output-is-the-input", EMBED,
+         _embed("--pooling", "mean", "--overwrite", input="{tmp}/texts.txt",
+                output="{tmp}/texts.txt"), "would replace the input",
+         setup=_write("texts.txt", "a cat\na dog\n")),
+    Case("embed-output-is-a-directory", EMBED, _embed("--pooling", "mean", output="{tmp}"),
+         "is a directory"),
+    Case("embed-output-directory-missing", EMBED,
+         _embed("--pooling", "mean", output="{tmp}/out/vectors.npy"),
+         "is not an existing directory"),
+    Case("embed-bad-layers", EMBED, _embed("--pooling", "mean", "--layers", "last"),
+         "--layers 'last'"),
+    Case("embed-layer-out-of-range", EMBED, _embed("--pooling", "mean", "--layers", "99"),
+         "layer 99 does not exist"),
+    Case("embed-batch-size-zero", EMBED, _embed("--pooling", "mean", "--batch-size", "0"),
+         "batch_size must be an integer of at least 1, got 0"),
+    Case("embed-standardize-other-pooling", EMBED,
+         _embed("--pooling", "cls", "--standardize", "{stats}/mean.npz"),
+         "the statistics are of mean pooling, not cls"),
+    Case("embed-standardize-other-model", EMBED,
+         _embed("--pooling", "mean", "--standardize", "{stats}/mean.npz", model="{ft}"),
+         "the statistics are of another model"),
+    Case("embed-standardize-other-layers", EMBED,
+         _embed("--pooling", "mean", "--layers", "-1", "--standardize", "{stats}/mean.npz"),
+         "the statistics are of layers"),
+    Case("embed-standardize-text-file", EMBED,
+         _embed("--pooling", "mean", "--standardize", "{files}/docs.txt"),
+         "is not a readable statistics file"),
+    Case("embed-standardize-is-an-npy", EMBED,
+         _embed("--pooling", "mean", "--standardize", "{files}/vectors.npy"),
+         "is not a bertjax statistics file"),
+    Case("embed-input-and-fit-standardizer", EMBED,
+         _fit("--input", "{files}/docs.txt", "--pooling", "mean"), "not allowed with"),
+    Case("embed-fit-standardizer-without-pooling", EMBED, _fit(),
+         "--fit-standardizer needs --pooling"),
+    Case("embed-fit-standardizer-output-not-npz", EMBED,
+         _fit("--pooling", "mean", output="{tmp}/stats.npy"), "give --output a .npz name"),
+    Case("embed-fit-standardizer-output-exists", EMBED,
+         _fit("--pooling", "mean", output="{stats}/mean.npz"), "already exists"),
+    Case("embed-fit-standardizer-corpus-missing", EMBED,
+         _fit("--pooling", "mean", corpus="{tmp}/corpus.txt"), "input file not found"),
+    Case("embed-fit-standardizer-corpus-empty", EMBED,
+         _fit("--pooling", "mean", corpus="{files}/empty.txt"), "has no text"),
+    Case("embed-fit-standardizer-one-sentence", EMBED,
+         _fit("--pooling", "mean", corpus="{files}/one_line.txt"),
+         "at least 2 reference vectors"),
+    Case("embed-fit-standardizer-too-many-components", EMBED,
+         _fit("--pooling", "mean", "--method", "all-but-the-top", "--components", "1000"),
+         "all-but-the-top removes between 1 and"),
+    Case("embed-fit-standardizer-with-normalize", EMBED, _fit("--pooling", "mean", "--normalize"),
+         "--standardize and --normalize go with --input"),
+    Case("embed-components-without-fit", EMBED, _embed("--pooling", "mean", "--components", "2"),
+         "go with --fit-standardizer"),
+
+    # --- python -m bertjax.evaluate -----------------------------------------------------------
+    Case("evaluate-no-subcommand", EVALUATE, (), "no subcommand given"),
+    Case("evaluate-unknown-subcommand", EVALUATE, ("sts", "--model", "{pre}"),
+         "unknown subcommand 'sts'"),
+    Case("evaluate-similarity-model-not-a-model", EVALUATE,
+         ("similarity", "--model", "{files}"), "is not a model"),
+    Case("evaluate-similarity-model-is-an-index", EVALUATE,
+         ("similarity", "--model", "{index}"), "is not a model"),
+    Case("evaluate-similarity-unknown-pooling", EVALUATE,
+         ("similarity", "--model", "{pre}", "--pooling", "mean", "average"), "invalid choice"),
+    Case("evaluate-similarity-standardize-missing", EVALUATE,
+         ("similarity", "--model", "{pre}", "--standardize", "{tmp}/stats.npz"),
+         "statistics file not found"),
+    Case("evaluate-similarity-standardize-other-pooling", EVALUATE,
+         ("similarity", "--model", "{pre}", "--pooling", "cls", "--standardize",
+          "{stats}/mean.npz"), "the statistics are of mean pooling, not cls"),
+    Case("evaluate-anisotropy-no-corpus", EVALUATE, ("anisotropy", "--model", "{pre}"),
+         "--corpus"),
+    Case("evaluate-anisotropy-corpus-missing", EVALUATE,
+         ("anisotropy", "--model", "{pre}", "--corpus", "{tmp}/corpus.txt"),
+         "input file not found"),
+    Case("evaluate-anisotropy-corpus-is-an-npy", EVALUATE,
+         ("anisotropy", "--model", "{pre}", "--corpus", "{files}/vectors.npy"),
+         "is not UTF-8 text"),
+    Case("evaluate-anisotropy-one-sentence", EVALUATE,
+         ("anisotropy", "--model", "{pre}", "--corpus", "{files}/one_line.txt"),
+         "fewer than 2 sentences"),
+    Case("evaluate-anisotropy-sentences-one", EVALUATE,
+         ("anisotropy", "--model", "{pre}", "--corpus", "{files}/docs.txt", "--sentences", "1"),
+         "--sentences must be at least 2"),
+    Case("evaluate-anisotropy-plot-not-png", EVALUATE,
+         ("anisotropy", "--model", "{pre}", "--corpus", "{files}/docs.txt", "--plot",
+          "{tmp}/plot.jpg"), "give a .png file"),
+    Case("evaluate-anisotropy-json-exists", EVALUATE,
+         ("anisotropy", "--model", "{pre}", "--corpus", "{files}/docs.txt", "--json",
+          "{tmp}/figures.json"), "already exists", setup=_write("figures.json", "{}\n")),
+    Case("evaluate-anisotropy-json-is-the-corpus", EVALUATE,
+         ("anisotropy", "--model", "{pre}", "--corpus", "{tmp}/corpus.json", "--json",
+          "{tmp}/corpus.json", "--overwrite"), "would replace the",
+         setup=_write("corpus.json", "a cat sat\na dog ran\n")),
+    Case("evaluate-anisotropy-model-is-an-index", EVALUATE,
+         ("anisotropy", "--model", "{index}", "--corpus", "{files}/docs.txt"), "is not a model"),
+
+    # --- python -m bertjax.wsd ----------------------------------------------------------------
+    Case("wsd-no-command", WSD, (), "required"),
+    Case("wsd-fit-model-not-a-model", WSD, ("fit", "--model", "{files}", "--output", "{new}"),
+         "is not a model"),
+    Case("wsd-fit-model-is-a-sense-index", WSD,
+         ("fit", "--model", "{senses}", "--output", "{new}"), "is not a model"),
+    Case("wsd-fit-output-exists", WSD, ("fit", "--model", "{pre}", "--output", "{senses}"),
+         "already exists"),
+    Case("wsd-fit-overwrite-a-retrieval-index", WSD,
+         ("fit", "--model", "{pre}", "--output", "{tmp}/wd", "--lemmas", "1", "--overwrite"),
+         "--overwrite replaces only", setup=_copy("index")),
+    Case("wsd-fit-zero-lemmas", WSD,
+         ("fit", "--model", "{pre}", "--output", "{new}", "--lemmas", "0"),
+         "--lemmas must be positive"),
+    Case("wsd-fit-bad-layers", WSD,
+         ("fit", "--model", "{pre}", "--output", "{new}", "--layers", "last"), "--layers takes"),
+    Case("wsd-fit-batch-size-zero", WSD,
+         ("fit", "--model", "{pre}", "--output", "{new}", "--batch-size", "0"),
+         "--batch-size must be positive"),
+    Case("wsd-fit-standardize-sentence-statistics", WSD,
+         ("fit", "--model", "{pre}", "--output", "{new}", "--lemmas", "1", "--standardize",
+          "{stats}/mean.npz"), "not words vectors"),
+    Case("wsd-predict-index-missing", WSD, _predict_sense(index="{tmp}/nowhere"),
+         "is not a sense index"),
+    Case("wsd-predict-index-is-a-retrieval-index", WSD, _predict_sense(index="{index}"),
+         "is not a sense index"),
+    Case("wsd-predict-json-garbage", WSD, _predict_sense(index="{tmp}/wd"), "is damaged",
+         setup=_copy("senses", _garbage("wsd_index.json"))),
+    Case("wsd-predict-json-is-a-list", WSD, _predict_sense(index="{tmp}/wd"), "is damaged",
+         setup=_copy("senses", _put_text("wsd_index.json", "[]\n"))),
+    Case("wsd-predict-json-without-senses", WSD, _predict_sense(index="{tmp}/wd"), "is damaged",
+         setup=_copy("senses", _edit_json("wsd_index.json", lambda i: i.pop("senses")))),
+    Case("wsd-predict-truncated-npz", WSD, _predict_sense(index="{tmp}/wd"), "is damaged",
+         setup=_copy("senses", _truncate("sense_vectors.npz"))),
+    Case("wsd-predict-npz-missing", WSD, _predict_sense(index="{tmp}/wd"), "is damaged",
+         setup=_copy("senses", _remove("sense_vectors.npz"))),
+    Case("wsd-predict-word-not-in-sentence", WSD,
+         ("predict", "--index", "{senses}", "--sentence", "A cat sat.", "--word", "zebra"),
+         "does not occur in the sentence"),
+    Case("wsd-predict-model-of-another-run", WSD, _predict_sense("--model", "{ft}"),
+         "fitted with another model"),
+    Case("wsd-predict-model-not-a-model", WSD, _predict_sense("--model", "{files}"),
+         "is not a model"),
+    Case("wsd-predict-standardize-not-fitted-with", WSD,
+         _predict_sense("--standardize", "{stats}/mean.npz"), "fitted without standardisation"),
+    Case("wsd-evaluate-holdout-one", WSD, ("evaluate", "--model", "{pre}", "--holdout", "1"),
+         "holdout must be at least 2"),
+    Case("wsd-evaluate-model-is-an-index", WSD, ("evaluate", "--model", "{index}"),
+         "is not a model"),
+
+    # --- python -m bertjax.main, fine-tuning methods ------------------------------------------
+    Case("main-method-unknown", MAIN, _method("finetune.method=prefix_tuning"),
+         "finetune.method"),
+    Case("main-lora-rank-zero", MAIN, _method("finetune.method=lora", "finetune.lora_rank=0"),
+         "finetune.lora_rank must be positive"),
+    Case("main-lora-rank-over-hidden-size", MAIN,
+         _method("finetune.method=lora", "finetune.lora_rank=4096"),
+         "larger than the model's hidden size"),
+    Case("main-lora-alpha-inf", MAIN,
+         _method("finetune.method=lora", "finetune.lora_alpha=inf", NO_TRAIN_FILE),
+         "must be a finite number"),
+    Case("main-lora-dropout-nan", MAIN,
+         _method("finetune.method=lora", "finetune.lora_dropout=nan", NO_TRAIN_FILE),
+         "must be a finite number"),
+    Case("main-lora-dropout-one", MAIN,
+         _method("finetune.method=lora", "finetune.lora_dropout=1.0"),
+         "finetune.lora_dropout must be in [0, 1)"),
+    Case("main-lora-with-reinit-top-layers", MAIN,
+         _method("finetune.method=lora", "finetune.reinit_top_layers=1"),
+         "finetune.reinit_top_layers=1 with finetune.method=lora"),
+    Case("main-adapter-size-zero", MAIN,
+         _method("finetune.method=adapter", "finetune.adapter_size=0"),
+         "finetune.adapter_size must be positive"),
+    Case("main-adapter-with-freeze-encoder", MAIN,
+         _method("finetune.method=adapter", "finetune.freeze_encoder=true"),
+         "finetune.freeze_encoder belongs to finetune.method=full"),
+    Case("main-soft-prompt-length-zero", MAIN,
+         _method("finetune.method=soft_prompt", "finetune.prompt_length=0"),
+         "finetune.prompt_length must be positive"),
+    Case("main-cloze-without-verbalizer", MAIN, _method("finetune.method=cloze"),
+         "needs finetune.verbalizer"),
+    Case("main-cloze-template-without-mask", MAIN,
+         _method("finetune.method=cloze", "finetune.verbalizer=0:bad,1:good",
+                 "finetune.template={{text}} It was good."), "[MASK]"),
+
+    # --- python -m bertjax.main, distillation (configs/distill.py) ----------------------------
+    Case("main-distill-no-teacher", MAIN, _distill("distill.teacher="),
+         "distillation needs the teacher"),
+    Case("main-distill-temperature-inf", MAIN, _distill("distill.temperature=inf", NO_TRAIN_FILE),
+         "must be a finite number"),
+    Case("main-distill-temperature-nan", MAIN, _distill("distill.temperature=nan", NO_TRAIN_FILE),
+         "must be a finite number"),
+    Case("main-distill-temperature-zero", MAIN, _distill("distill.temperature=0"),
+         "distill.temperature must be positive"),
+    Case("main-distill-alpha-over-one", MAIN, _distill("distill.alpha=1.5"),
+         "distill.alpha must be in [0, 1]"),
+    Case("main-distill-student-layers-with-init-checkpoint", MAIN,
+         _distill("init_checkpoint={pre}"), "leave config.init_checkpoint empty"),
+    Case("main-distill-qa", MAIN, _distill("task=finetune_qa", "data.max_seq_len=128"),
+         "distillation supports"),
+    Case("main-distill-teacher-not-a-model", MAIN, _distill("distill.teacher={files}"),
+         "is not a model"),
+    Case("main-distill-teacher-is-a-pretraining-run", MAIN, _distill("distill.teacher={pre}"),
+         "fine-tuned"),
+
+    # --- python -m bertjax.main, non-finite settings ------------------------------------------
+    Case("main-electra-discriminator-weight-inf", MAIN,
+         _main("electra.py", "--workdir={new}", "--config.electra.discriminator_weight=inf",
+               "--config.data.input={tmp}/corpus/*.txt"), "must be a finite number"),
+    Case("main-electra-discriminator-weight-nan", MAIN,
+         _main("electra.py", "--workdir={new}", "--config.electra.discriminator_weight=nan",
+               "--config.data.input={tmp}/corpus/*.txt"), "must be a finite number"),
+    Case("main-pretrain-learning-rate-nan", MAIN,
+         _main("tiny.py", "--workdir={new}", "--config.optimizer.learning_rate=nan",
+               "--config.data.prepared={tmp}/nowhere"),
+         "must be a finite number"),
 ]

@@ -17,7 +17,10 @@ import time
 
 import pytest
 
+import bertjax
 import cli_in_process
+from bertjax import wsd
+from bertjax.wsd.wordnet import Example, Sense
 from faults.catalog_cases import CASES, SHARED, Case, write_files
 from faults.file_trees import md5s
 from pretrain_runs import REPO, run_cli
@@ -34,6 +37,10 @@ IN_A_PROCESS = {
     "export-step-missing": "the bertjax.export shim (Orbax's logging at start-up and exit)",
     "convert-truncated-weights": "the bertjax.convert shim",
     "bench-unknown-key": "the bertjax.bench shim and its re-exec",
+    "index-search-k-zero": "the bertjax.index shim",
+    "embed-no-pooling": "the bertjax.embed shim",
+    "evaluate-unknown-subcommand": "the bertjax.evaluate shim",
+    "wsd-predict-index-missing": "the bertjax.wsd shim",
     # The refusal comes from the compiled step's memory: a plain one-device process's compile
     # (child_env), not the 8-device one of this process (slower to compile, other figures).
     "main-pretrain-does-not-fit-device-memory": "the memory of a one-device compiled step",
@@ -61,17 +68,33 @@ def changes(before: dict, after: dict) -> list[str]:
                if before[p] != after[p]])
 
 
+def _sense(lemma: str, pos: str, number: int) -> Sense:
+    return Sense(f"{lemma}.{pos}.{number:02d}", lemma, pos, f"{number:08d}", "")
+
+
+RIVER, MONEY, TILT = _sense("bank", "n", 1), _sense("bank", "n", 2), _sense("bank", "v", 1)
+SENSE_EXAMPLES = [
+    Example(tuple("he sat on the bank of the river".split()), 4, RIVER),
+    Example(tuple("the muddy bank of the stream".split()), 2, RIVER),
+    Example(tuple("she opened an account at the bank".split()), 6, MONEY),
+    Example(tuple("the pilot had to bank the aircraft".split()), 4, TILT),
+]
+
+
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, finished_short_run, small_corpus_dir):
     """The inputs the cases share: a finished pretraining run, a fine-tuning run started from it,
-    its params and Hugging Face exports, small data files."""
+    its params and Hugging Face exports, small data files; a retrieval index (exact and
+    approximate), standardisation statistics and a sense index, each made with the pretraining
+    run from a few lines of text (seconds each, in this process)."""
     root = tmp_path_factory.mktemp("catalog_shared")
     files = str(root / "files")
     write_files(files)
     finished = finished_short_run
     paths = {"cfg": os.path.join(REPO, "configs"), "pre": finished, "corpus": small_corpus_dir,
              "files": files, "ft": str(root / "ft"), "params": str(root / "params"),
-             "hf": str(root / "hf")}
+             "hf": str(root / "hf"), "index": str(root / "index"), "stats": str(root / "stats"),
+             "senses": str(root / "senses")}
     commands = [
         ("main", f"--config={paths['cfg']}/finetune_sentiment.py",
          f"--workdir={paths['ft']}", f"--config.init_checkpoint={finished}",
@@ -80,7 +103,12 @@ def shared(tmp_path_factory, finished_short_run, small_corpus_dir):
          "--config.train.batch_size=8"),
         ("export", "--workdir", finished, "--format", "params", "--output", paths["params"]),
         ("export", "--workdir", finished, "--format", "hf", "--output", paths["hf"]),
+        ("index", "build", "--model", finished, "--corpus", f"{files}/docs.jsonl",
+         "--output", paths["index"], "--approximate"),
+        ("embed", "--model", finished, "--fit-standardizer", f"{files}/docs.txt",
+         "--pooling", "mean", "--output", os.path.join(paths["stats"], "mean.npz")),
     ]
+    os.makedirs(paths["stats"])
     # The fine-tuning run in a one-device child at the least optimization (child_env): compiling
     # dominates it, and that compile is cheaper than this process's 8-device one.
     done = run_cli(f"bertjax.{commands[0][0]}", *commands[0][1:])
@@ -88,6 +116,8 @@ def shared(tmp_path_factory, finished_short_run, small_corpus_dir):
     for command in commands[1:]:
         done = cli_in_process.run(*command)
         assert done.returncode == 0, (done.args, done.stderr[-3000:])
+    # The sense index from four hand-made examples: `wsd fit` would read all of WordNet (17 s).
+    wsd.SenseIndex.fit(bertjax.load(finished), SENSE_EXAMPLES).save(paths["senses"])
     return paths
 
 

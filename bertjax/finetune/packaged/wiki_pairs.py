@@ -56,6 +56,9 @@ SPLITS = ("train", "dev", "test")
 MIN_SENTENCES, MAX_SENTENCES = 3, 12
 MIN_QUERY_WORDS = 5
 PAIR_HEADER = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
+# Written once into the cache and never replaced (overwrite is never asked for).
+DATASET = output_dir.Kind("wiki pairs dataset", directory=True,
+                          holds=lambda path: os.path.isfile(os.path.join(path, "corpus.jsonl")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +178,7 @@ def write(output: str, seed: int = 0) -> dict:
     every = build(seed)
     manifest = {"source": "gensim " + packaged.WIKIPEDIA_SAMPLE[1].rsplit("/", 1)[-1],
                 "seed": seed, "splits": {}}
-    with output_dir.staged(output, overwrite=False) as staging:
+    with output_dir.staged(output, overwrite=False, kind=DATASET) as staging:
         def lines(name: str, records) -> None:
             with open(os.path.join(staging, name), "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
