@@ -6,12 +6,12 @@ padding, NSP balance), and the raw arrays dumped to an .npz file (`python -m ber
 from __future__ import annotations
 
 import os
-import tempfile
+import zipfile
 
 import numpy as np
 
+from bertjax.core import output_dir
 from bertjax.core.errors import UserError
-from bertjax.core.file_modes import publish
 from bertjax.data.tokenizer import Tokenizer
 
 
@@ -95,8 +95,17 @@ def format_statistics(stats: dict) -> str:
                      else f"  {key:<24} {value}" for key, value in stats.items())
 
 
+def _is_npz(path: str) -> bool:
+    return zipfile.is_zipfile(path)
+
+
+# What --dump writes, and so the only file its --overwrite replaces.
+DUMP = output_dir.Kind("batch dump (.npz)", directory=False, holds=_is_npz)
+
+
 def check_dump_target(path: str, *, overwrite: bool) -> None:
-    """Refuses, before any batch is built, a dump that would replace a file unasked."""
+    """Refuses, before any batch is built, a dump that would replace a file unasked (or, with
+    overwrite, a file that is not an earlier dump)."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise UserError(f"cannot write {path}: {directory} is not a directory")
@@ -104,6 +113,7 @@ def check_dump_target(path: str, *, overwrite: bool) -> None:
         raise UserError(f"cannot write {path}: it is a directory")
     if os.path.lexists(path) and not overwrite:
         raise UserError(f"{path} already exists; choose a new --dump file or pass --overwrite")
+    output_dir.check_target(path, overwrite=overwrite, kind=DUMP)
 
 
 def write_dump(path: str, batches: list[dict], *, overwrite: bool = False) -> None:
@@ -113,13 +123,5 @@ def write_dump(path: str, batches: list[dict], *, overwrite: bool = False) -> No
     if any(len(s) > 1 for s in shapes.values()):
         raise UserError("the batches cross a sequence-length switch; dump batches of one phase")
     arrays = {key: np.concatenate([b[key] for b in batches]) for key in batches[0]}
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, tmp = tempfile.mkstemp(prefix=".inspect-", suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as f:
-            np.savez(f, **arrays)
-        publish(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with output_dir.staged_file(path, overwrite=overwrite, kind=DUMP) as f:
+        np.savez(f, **arrays)

@@ -95,6 +95,12 @@ def test_inspect_dump_refuses_an_existing_file_before_any_work_and_follows_the_u
     try:
         with pytest.raises(UserError, match="already exists"):
             batch_report.write_dump(str(existing), [batch])
+        # --overwrite replaces an earlier dump, never a file of something else.
+        with pytest.raises(UserError, match="is not a batch dump .* --overwrite replaces only"):
+            batch_report.write_dump(str(existing), [batch], overwrite=True)
+        assert md5s(str(existing)) == before
+        existing.unlink()
+        batch_report.write_dump(str(existing), [{"input_ids": batch["input_ids"] + 1}])
         batch_report.write_dump(str(existing), [batch], overwrite=True)
         batch_report.write_dump(str(tmp_path / "new.npz"), [batch])
     finally:
