@@ -15,11 +15,11 @@ from bertjax import wsd
 from bertjax.cli import wsd as wsd_cli
 from bertjax.wsd import wordnet
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.wsd.wordnet import Example, Sense
 from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
+from sense_examples import HAND_MADE, MONEY, RIVER, TILT
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +46,6 @@ def tiny_model_dir(directory, vocab_path, seed):
 def tiny_models(tmp_path_factory, bert_vocab_path):
     root = tmp_path_factory.mktemp("wsd_models")
     return [tiny_model_dir(str(root / f"seed{seed}"), bert_vocab_path, seed) for seed in (0, 1)]
-
-
-def sense(lemma, pos, number, definition=""):
-    return Sense(f"{lemma}.{pos}.{number:02d}", lemma, pos, f"{number:08d}", definition)
-
-
-RIVER, MONEY, TILT = sense("bank", "n", 1), sense("bank", "n", 2), sense("bank", "v", 1)
-HAND_MADE = [
-    Example(tuple("he sat on the bank of the river".split()), 4, RIVER),
-    Example(tuple("the muddy bank of the stream".split()), 2, RIVER),
-    Example(tuple("she opened an account at the bank".split()), 6, MONEY),
-    Example(tuple("the pilot had to bank the aircraft".split()), 4, TILT),
-]
 
 
 def test_the_real_wordnet_examples_carry_their_senses(examples):

@@ -20,10 +20,10 @@ import pytest
 import bertjax
 import cli_in_process
 from bertjax import wsd
-from bertjax.wsd.wordnet import Example, Sense
 from faults.catalog_cases import CASES, SHARED, Case, write_files
 from faults.file_trees import md5s
 from pretrain_runs import REPO, run_cli
+from sense_examples import HAND_MADE
 
 assert len({case.id for case in CASES}) == len(CASES), "case ids must be unique"
 
@@ -68,19 +68,6 @@ def changes(before: dict, after: dict) -> list[str]:
                if before[p] != after[p]])
 
 
-def _sense(lemma: str, pos: str, number: int) -> Sense:
-    return Sense(f"{lemma}.{pos}.{number:02d}", lemma, pos, f"{number:08d}", "")
-
-
-RIVER, MONEY, TILT = _sense("bank", "n", 1), _sense("bank", "n", 2), _sense("bank", "v", 1)
-SENSE_EXAMPLES = [
-    Example(tuple("he sat on the bank of the river".split()), 4, RIVER),
-    Example(tuple("the muddy bank of the stream".split()), 2, RIVER),
-    Example(tuple("she opened an account at the bank".split()), 6, MONEY),
-    Example(tuple("the pilot had to bank the aircraft".split()), 4, TILT),
-]
-
-
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, finished_short_run, small_corpus_dir):
     """The inputs the cases share: a finished pretraining run, a fine-tuning run started from it,
@@ -117,7 +104,7 @@ def shared(tmp_path_factory, finished_short_run, small_corpus_dir):
         done = cli_in_process.run(*command)
         assert done.returncode == 0, (done.args, done.stderr[-3000:])
     # The sense index from four hand-made examples: `wsd fit` would read all of WordNet (17 s).
-    wsd.SenseIndex.fit(bertjax.load(finished), SENSE_EXAMPLES).save(paths["senses"])
+    wsd.SenseIndex.fit(bertjax.load(finished), HAND_MADE).save(paths["senses"])
     return paths
 
 

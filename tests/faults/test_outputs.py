@@ -120,6 +120,25 @@ def test_a_non_finite_setting_is_refused_before_anything_is_written(tmp_path, se
     assert not workdir.exists()
 
 
+def _on_a_tmpfs(disk, size: str, steps: str, tmp_path) -> None:
+    """Runs the shell `steps` with a fresh tmpfs of `size` mounted at `disk` (in a private mount
+    namespace: it goes with the process), then unmounts it."""
+    disk.mkdir()
+    script = f"""
+        export PYTHONPATH={shlex.quote(REPO)}
+        mount -t tmpfs -o size={size} tmpfs {shlex.quote(str(disk))} || exit 99
+        {steps}
+        umount {shlex.quote(str(disk))}
+    """
+    ran = subprocess.run(_mount_runner(str(disk)) + ["sh", "-c", script], capture_output=True,
+                         text=True, cwd=REPO, env=child_env(), timeout=300)
+    assert ran.returncode == 0, ran.stderr
+
+
+def _command(*args: str) -> str:
+    return " ".join(shlex.quote(a) for a in (sys.executable, "-m", *args))
+
+
 def _texts(path, count: int) -> str:
     words = "the film was good bad long short and a plot actor scene".split()
     lines = [" ".join(words[(i * 7 + j) % len(words)] for j in range(12)) for i in range(count)]
@@ -127,28 +146,20 @@ def _texts(path, count: int) -> str:
     return str(path)
 
 
-def test_a_full_or_read_only_disk_while_embedding_is_one_line_and_leaves_nothing(tmp_path,
-                                                                    finished_short_run):
+def test_a_full_or_read_only_disk_while_embedding_is_one_line_and_leaves_nothing(
+        tmp_path, finished_short_run):
     disk = tmp_path / "disk"
-    disk.mkdir()
     texts = _texts(tmp_path / "texts.txt", 3000)  # 3000 x 128 fp32: 1.5 MB on a 256 KiB disk
-    embed = " ".join(shlex.quote(a) for a in (
-        sys.executable, "-m", "bertjax.embed", "--model", finished_short_run, "--input", texts,
-        "--output", str(disk / "vectors.npy"), "--pooling", "mean"))
-    script = f"""
-        export PYTHONPATH={shlex.quote(REPO)}
-        mount -t tmpfs -o size=256k tmpfs {shlex.quote(str(disk))} || exit 99
+    embed = _command("bertjax.embed", "--model", finished_short_run, "--input", texts,
+                     "--output", str(disk / "vectors.npy"), "--pooling", "mean")
+    _on_a_tmpfs(disk, "256k", f"""
         echo kept > {shlex.quote(str(disk / "older.txt"))}
         {embed} >{tmp_path}/out 2>{tmp_path}/err; echo $? >{tmp_path}/rc
         ls -a {shlex.quote(str(disk))} > {tmp_path}/ls
         cat {shlex.quote(str(disk / "older.txt"))} > {tmp_path}/older
         mount -o remount,ro {shlex.quote(str(disk))}
         {embed.replace("vectors.npy", "other.npy")} 2>{tmp_path}/err_ro; echo $? >{tmp_path}/rc_ro
-        umount {shlex.quote(str(disk))}
-    """
-    ran = subprocess.run(_mount_runner(str(disk)) + ["sh", "-c", script], capture_output=True,
-                         text=True, cwd=REPO, env=child_env(), timeout=300)
-    assert ran.returncode == 0, ran.stderr
+    """, tmp_path)
     err = (tmp_path / "err").read_text()
     assert (tmp_path / "rc").read_text().strip() == "2", err
     assert len(err.splitlines()) == 1 and "no space left on the device writing" in err, err
@@ -201,23 +212,15 @@ def test_an_index_that_cannot_fit_is_refused_before_a_byte_is_written(tmp_path,
     """5,000 documents on a 2 MB file system: once the end of a SIGBUS and a staging directory
     filling the disk (a writable memory map), now one line before anything is written."""
     disk = tmp_path / "disk"
-    disk.mkdir()
     corpus = tmp_path / "docs.jsonl"
     corpus.write_text("".join(f'{{"id": "d{i}", "text": "document {i} about the film"}}\n'
                               for i in range(5000)))
-    build = " ".join(shlex.quote(a) for a in (
-        sys.executable, "-m", "bertjax.index", "build", "--model", finished_short_run,
-        "--corpus", str(corpus), "--output", str(disk / "index"), "--approximate"))
-    script = f"""
-        export PYTHONPATH={shlex.quote(REPO)}
-        mount -t tmpfs -o size=2m tmpfs {shlex.quote(str(disk))} || exit 99
+    build = _command("bertjax.index", "build", "--model", finished_short_run, "--corpus",
+                     str(corpus), "--output", str(disk / "index"), "--approximate")
+    _on_a_tmpfs(disk, "2m", f"""
         {build} >{tmp_path}/out 2>{tmp_path}/err; echo $? >{tmp_path}/rc
         ls -a {shlex.quote(str(disk))} > {tmp_path}/ls
-        umount {shlex.quote(str(disk))}
-    """
-    ran = subprocess.run(_mount_runner(str(disk)) + ["sh", "-c", script], capture_output=True,
-                         text=True, cwd=REPO, env=child_env(), timeout=300)
-    assert ran.returncode == 0, ran.stderr
+    """, tmp_path)
     err = (tmp_path / "err").read_text()
     assert (tmp_path / "rc").read_text().strip() == "2", err
     assert len(err.splitlines()) == 1 and "needs about" in err and "free" in err, err
