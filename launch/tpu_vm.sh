@@ -4,6 +4,7 @@
 #
 #   launch/tpu_vm.sh [--dry-run] --name=NAME --zone=ZONE [--project=ID] [--type=v4-8]
 #       [--version=tpu-ubuntu2204-base] [--steps=create,copy,setup,run,delete] \
+#       [--skip-compile] [--python=PY] \
 #       -- --config=configs/platform.py:tpu_v4_8 --workdir=DIR [--config.KEY=VALUE ...]
 #
 # Everything after `--` goes to `python3 -m bertjax.main` on every worker; each worker's JAX
@@ -14,6 +15,10 @@
 #              every worker), setup (unpack, pip install), run, delete. With delete among them the
 #              TPU is deleted even when an earlier step fails.
 #   --dry-run  print the exact commands instead of running them.
+#   --skip-compile  before create, the job's train step is compiled here for the TPU type
+#              (`python -m bertjax.compile`, needs libtpu: pip install 'bertjax[tpu]'), so a config
+#              that does not fit the chips is refused before a TPU bills; this skips that.
+#   --python   the local interpreter for that compile (default: the repo's .venv, else python3).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,6 +31,9 @@ project=""
 accelerator="v4-8"
 version="tpu-ubuntu2204-base"
 steps=create,copy,setup,run,delete
+compile=1
+python=$repo/.venv/bin/python
+[[ -x $python ]] || python=python3
 
 while (($#)); do
   case $1 in
@@ -36,6 +44,8 @@ while (($#)); do
     --type=*) accelerator=${1#*=} ;;
     --version=*) version=${1#*=} ;;
     --steps=*) steps=${1#*=} ;;
+    --skip-compile) compile=0 ;;
+    --python=*) python=${1#*=} ;;
     --) shift; break ;;
     *) die "unknown option $1 (arguments for bertjax.main go after --)" ;;
   esac
@@ -68,6 +78,15 @@ remote_run="cd $remote_dir && $(quote_line python3 -m bertjax.main "$@")"
 if wants delete; then
   # Delete even when a step fails: an idle TPU still bills.
   trap 'run "${tpu[@]}" delete "$name" "${where[@]}" --quiet' EXIT
+fi
+# The pre-flight: the job's config (its --config flags only) compiled for this TPU type.
+config_args=()
+for arg in "$@"; do
+  [[ $arg != --config=* && $arg != --config.* ]] || config_args+=("$arg")
+done
+if wants create && ((compile)) && ((${#config_args[@]})); then
+  run "$python" -m bertjax.compile "--topology=$accelerator" "${config_args[@]}" ||
+    die "the job does not compile for $accelerator (above); fix it or pass --skip-compile"
 fi
 if wants create; then
   run "${tpu[@]}" create "$name" "${where[@]}" "--accelerator-type=$accelerator" \

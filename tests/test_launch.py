@@ -121,6 +121,9 @@ TPU_ARGS = ["--name=bert-1", "--zone=us-central2-b", "--project=my-proj", "--typ
             "--config=configs/platform.py:tpu_v4_32", "--workdir=/mnt/shared/wd",
             "--config.data.input=/mnt/shared/corpus/*.txt"]
 TPU_WHERE = "--zone=us-central2-b --project=my-proj"
+# The interpreter tpu_vm.sh compiles with by default: the repo's .venv where there is one.
+LOCAL_PYTHON = (os.path.join(REPO, ".venv", "bin", "python")
+                if os.access(os.path.join(REPO, ".venv", "bin", "python"), os.X_OK) else "python3")
 
 
 def test_tpu_vm_dry_run_creates_copies_sets_up_runs_on_all_workers_and_deletes():
@@ -128,6 +131,9 @@ def test_tpu_vm_dry_run_creates_copies_sets_up_runs_on_all_workers_and_deletes()
     assert result.returncode == 0, result.stderr
     tpu = "gcloud compute tpus tpu-vm"
     assert result.stdout.splitlines() == [
+        f"{LOCAL_PYTHON} -m bertjax.compile --topology=v4-32 "
+        "--config=configs/platform.py:tpu_v4_32 "
+        "'--config.data.input=/mnt/shared/corpus/*.txt'",
         f"{tpu} create bert-1 {TPU_WHERE} --accelerator-type=v4-32 "
         "--version=tpu-ubuntu2204-base",
         "tar -czf /tmp/bertjax-bert-1.tar.gz --exclude=./.venv --exclude=./.cache "
@@ -142,10 +148,32 @@ def test_tpu_vm_dry_run_creates_copies_sets_up_runs_on_all_workers_and_deletes()
         f"{tpu} delete bert-1 {TPU_WHERE} --quiet",
     ]
     # What each worker's shell finally runs, parsed twice (the local line, then --command).
-    command = shlex.split(result.stdout.splitlines()[4])[-1].split("=", 1)[1]
+    command = shlex.split(result.stdout.splitlines()[5])[-1].split("=", 1)[1]
     assert shlex.split(command) == [
         "cd", "bertjax", "&&", "python3", "-m", "bertjax.main", "--config=configs/platform.py:tpu_v4_32",
         "--workdir=/mnt/shared/wd", "--config.data.input=/mnt/shared/corpus/*.txt"]
+
+
+def test_tpu_vm_compile_preflight_before_create_is_skippable_and_stops_a_misfit(tmp_path):
+    result = launch("tpu_vm.sh", "--dry-run", "--skip-compile", *TPU_ARGS)
+    assert result.returncode == 0 and "bertjax.compile" not in result.stdout
+    result = launch("tpu_vm.sh", "--dry-run", "--steps=copy,run", *TPU_ARGS)
+    assert "bertjax.compile" not in result.stdout  # only before a create
+    # A compile that refuses (exit 2) stops the launch before gcloud creates anything.
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho \"$@\" > \"$(dirname \"$0\")/args\"\n"
+                    "echo 'bertjax: error: train step needs 40 GiB' >&2\nexit 2\n")
+    fake.chmod(0o755)
+    gcloud = tmp_path / "gcloud"
+    gcloud.write_text("#!/bin/sh\necho gcloud ran >&2\nexit 0\n")
+    gcloud.chmod(0o755)
+    env = clean_env(PATH=f"{tmp_path}:{os.environ['PATH']}")
+    result = launch("tpu_vm.sh", f"--python={fake}", "--steps=create", *TPU_ARGS, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "does not compile for v4-32" in result.stderr and "gcloud ran" not in result.stderr
+    assert (tmp_path / "args").read_text().split() == [
+        "-m", "bertjax.compile", "--topology=v4-32", "--config=configs/platform.py:tpu_v4_32",
+        "--config.data.input=/mnt/shared/corpus/*.txt"]
 
 
 def test_tpu_vm_steps_subset_and_bad_input():

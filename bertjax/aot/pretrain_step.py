@@ -1,0 +1,142 @@
+"""The pretraining train step compiled for a TPU slice: the job's own step (pretrain_run.py's
+model, optimizer, shardings, dtype, remat, accumulation and scan), one compile per length phase,
+on a mesh of libtpu's compile-only devices.
+
+XLA's cost analysis counts a while loop's body once, so the FLOPs and bytes of a step that scans
+its layers (or accumulates micro-batches in a scan) are read from two unrolled variants of the
+model instead, with 1 and 2 layers and no accumulation, on the same batch: a step's cost is
+linear in its layers, so L layers cost c(1) + (L - 1) * (c(2) - c(1)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import jax
+
+from bertjax.bench.flops import train_step_flops, xla_flops
+from bertjax.core.errors import UserError
+from bertjax.data.length_schedule import Phase
+from bertjax.jobs import common, pretraining_model
+from bertjax.parallel import partitioning
+from bertjax.parallel.mesh import make_mesh
+from bertjax.settings.pretrain import PretrainSettings
+from bertjax.train.compilation import abstract_batch, compile_step
+from bertjax.train.optimizer import make_optimizer
+from bertjax.train.step import make_train_step
+from bertjax.train.warm_start import UNTRAINED_POOLER
+
+
+@dataclasses.dataclass
+class Compiled:
+    """One phase's compiled step and what the report needs beside it."""
+    phase: Phase
+    executable: Any
+    flops: float | None          # per device, loop bodies counted per iteration
+    bytes_accessed: float | None
+    xla_flops_once: float | None  # XLA's own figure for the real program (bodies once)
+    cost_method: str
+    model_flops: float           # bench/flops.py's analytic count, the whole step, all devices
+
+
+# libtpu's words for a program that does not fit, e.g. "... required for HLO temporaries
+# (309.71G) exceeds available HBM (15.75G)" (its G: 2**30 bytes).
+_OUT_OF_HBM = re.compile(r"Ran out of memory.*?\(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)")
+
+
+class PretrainTarget:
+    """The job's step built over `devices` (libtpu's), compiled phase by phase."""
+
+    def __init__(self, s: PretrainSettings, devices: list, device_memory_gb: float):
+        self.s, self.device_memory_gb = s, device_memory_gb
+        self.mesh = make_mesh(s.mesh.data, s.mesh.fsdp, s.mesh.tensor, devices=devices)
+        micro = s.train.batch_size // s.train.accumulation_steps
+        common.check_batch_split(self.mesh, batch_size=micro)
+        self.encoder = s.model.encoder(s.data.vocab_size)
+        untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
+        self.optimizer = make_optimizer(s.optimizer, untrained=untrained)
+        self.sharding = partitioning.batch_sharding(self.mesh)
+
+    def shapes(self, phase: Phase) -> dict:
+        s = self.s
+        return abstract_batch(s.train.batch_size, phase.seq_len, phase.max_predictions,
+                              nsp=s.objective.nsp, span=s.masking.strategy == "span",
+                              sharding=self.sharding)
+
+    def _step(self, encoder, accumulation: int):
+        model, objective = pretraining_model.build(self.s, encoder)
+        first = self.shapes(self.s.schedule.phases[0])
+        abstract, shardings = common.abstract_state(model, self.optimizer, first, self.mesh,
+                                                    self.s.train.seed)
+        return make_train_step(model, self.optimizer, self.mesh, shardings,
+                               accumulation_steps=accumulation, objective=objective), abstract
+
+    def compile_all(self) -> list[Compiled]:
+        """Every phase's step, each refused (UserError, training's one line) if it does not fit
+        a chip; then the costs of each."""
+        step, abstract = self._step(self.encoder, self.s.train.accumulation_steps)
+        compiled = [(phase, self._compile(step, abstract, phase))
+                    for phase in self.s.schedule.phases]
+        return [self._costs(phase, executable) for phase, executable in compiled]
+
+    def _compile(self, step, abstract, phase: Phase):
+        name = f"train step at {phase.seq_len} tokens"
+        try:
+            return compile_step(step, abstract, self.shapes(phase), name=name, verbose=False,
+                                device_memory_gb=self.device_memory_gb)
+        except jax.errors.JaxRuntimeError as e:
+            # libtpu's compiler refuses a program larger than a chip's HBM itself, before
+            # compile_step can compare: the same refusal, in training's words.
+            needed = _OUT_OF_HBM.search(str(e))
+            if needed is None:
+                raise
+            raise UserError(
+                f"{name} needs {needed.group(1)} GiB per device but a device holds "
+                f"{needed.group(2)} GiB (libtpu's compiler): lower train.batch_size, raise "
+                "train.accumulation_steps, set model.remat, or shard over more devices "
+                "(mesh.fsdp)") from None
+
+    def _costs(self, phase: Phase, executable) -> Compiled:
+        s, encoder = self.s, self.encoder
+        model_flops = train_step_flops(encoder, s.train.batch_size, phase.seq_len,
+                                       phase.max_predictions, nsp=s.objective.nsp,
+                                       sbo=s.objective.sbo).total
+        generator = pretraining_model.generator_of(s, encoder)
+        if generator is not None:  # ELECTRA: the generator's matmuls too (an MLM over all)
+            model_flops += train_step_flops(generator, s.train.batch_size, phase.seq_len,
+                                            phase.max_predictions, nsp=False).total
+        once = xla_flops(executable)
+        if not encoder.scan_layers and s.train.accumulation_steps == 1:
+            flops, moved = once, _bytes_accessed(executable)
+            method = "the compiled step (no loops over layers or micro-batches)"
+        else:
+            flops, moved = self._linear_in_layers(phase)
+            method = ("unrolled 1- and 2-layer variants without accumulation, extrapolated to "
+                      f"{encoder.num_layers} layers (the compiled step's loops count once)")
+        return Compiled(phase, executable, flops, moved, once, method, model_flops)
+
+    def _linear_in_layers(self, phase: Phase) -> tuple[float | None, float | None]:
+        costs = []
+        for layers in (1, 2):
+            variant = dataclasses.replace(self.encoder, num_layers=layers, scan_layers=False)
+            try:
+                step, abstract = self._step(variant, 1)
+            except UserError:  # e.g. an ELECTRA generator deeper than the variant
+                return None, None
+            executable = step.lower(abstract, self.shapes(phase)).compile()
+            costs.append((xla_flops(executable), _bytes_accessed(executable)))
+        extra = self.encoder.num_layers - 1
+        return tuple(None if one is None or two is None else one + extra * (two - one)
+                     for one, two in zip(*costs))  # type: ignore[return-value]
+
+
+def _bytes_accessed(executable) -> float | None:
+    try:
+        analysis = executable.cost_analysis()
+    except Exception:  # some backends do not implement it
+        return None
+    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per computation
+        analysis = analysis[0] if analysis else None
+    return float(analysis["bytes accessed"]) if analysis and "bytes accessed" in analysis else None

@@ -1,0 +1,274 @@
+"""Paths that may name objects in a bucket (`gs://bucket/run`, `s3://...`) as well as local files.
+
+Local paths keep the file system's own guarantees (atomic renames, flock) and never pass through
+here for anything but `is_url`. A URL is served by fsspec and the backend installed for its scheme
+(gcsfs for gs://): fsspec rather than etils.epath because the things bertjax needs from a bucket
+beyond reading and writing (a create-only-if-absent write conditioned on the object's
+generation, bounded request timeouts, the backend's own error types) are fsspec's filesystem
+methods and arguments, which epath hides. Orbax (checkpoints) goes through epath and TensorStore
+itself; both accept the same URLs.
+
+An object store has no rename and no partial write: every object is written whole (fsspec
+uploads it in one request or as a resumable upload that becomes visible only when complete), so a
+reader sees an old object or the new one, never half of one. Directories are prefixes; a tree is
+"published" by uploading its files with the one file readers check for last.
+
+Errors from the backend (a bucket that does not exist, no credentials, a server that stops
+answering) become one-line UserErrors naming the URL, in seconds: every request is bounded by
+BERTJAX_STORAGE_TIMEOUT seconds (default 30) and the backend's few retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import posixpath
+import re
+import shutil
+from typing import Iterator
+
+# gcsfs otherwise asks each bucket over gRPC whether it is a zonal / hierarchical one before the
+# first request (logging a fallback on every operation against anything but Google's own
+# endpoint); bertjax uses neither kind's extra features. Read when gcsfs is imported.
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+import fsspec  # noqa: E402 (after the setting above)
+
+from bertjax.core.atomic_files import replacing  # noqa: E402
+from bertjax.core.errors import UserError  # noqa: E402
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+# scheme -> (the module fsspec needs, what to install)
+BACKENDS = {"gs": ("gcsfs", "pip install 'bertjax[gcs]'"),
+            "gcs": ("gcsfs", "pip install 'bertjax[gcs]'"),
+            "s3": ("s3fs", "pip install s3fs"),
+            "az": ("adlfs", "pip install adlfs"),
+            "abfs": ("adlfs", "pip install adlfs")}
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def is_url(path: object) -> bool:
+    return isinstance(path, str) and _URL.match(path) is not None and \
+        not path.startswith("file://")
+
+
+def scheme(url: str) -> str:
+    match = _URL.match(url)
+    return match.group(1).lower() if match else ""
+
+
+def absolute(path: str) -> str:
+    """A URL as given (less a trailing slash), a local path made absolute."""
+    return path.rstrip("/") if is_url(path) else os.path.abspath(path)
+
+
+def join(base: str, *parts: str) -> str:
+    return posixpath.join(base, *parts) if is_url(base) else os.path.join(base, *parts)
+
+
+def parent(path: str) -> str:
+    return posixpath.dirname(path.rstrip("/")) if is_url(path) else os.path.dirname(path)
+
+
+def basename(path: str) -> str:
+    return posixpath.basename(path.rstrip("/")) if is_url(path) else os.path.basename(path)
+
+
+def bucket(url: str) -> str:
+    """`gs://bucket` of `gs://bucket/run/x`."""
+    rest = url[len(scheme(url)) + 3:]
+    return f"{scheme(url)}://{rest.split('/', 1)[0]}"
+
+
+def timeout_seconds() -> float:
+    raw = os.environ.get("BERTJAX_STORAGE_TIMEOUT", "")
+    try:
+        return float(raw) if raw else DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise UserError(f"BERTJAX_STORAGE_TIMEOUT={raw!r} is not a number of seconds") from None
+
+
+def filesystem(url: str):
+    """(fsspec filesystem, the URL as that filesystem names it); a scheme with no backend
+    installed is one line naming what to install, and gs:// without credentials one line
+    saying how to get them."""
+    name = scheme(url)
+    if name in ("gs", "gcs"):
+        _bound_gcs_requests()
+        _check_google_credentials()
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ImportError:
+        module, install = BACKENDS.get(name, (name, f"an fsspec backend for {name}://"))
+        raise UserError(f"{url}: paths starting {name}:// need the {module} package, which is "
+                        f"not installed: {install}") from None
+    except ValueError as e:
+        if "protocol" in str(e).lower():
+            raise UserError(f"{url}: {name}:// is not a storage scheme bertjax can use "
+                            "(gs://, s3:// or a local path)") from None
+        raise
+
+
+def _bound_gcs_requests() -> None:
+    """Every gcsfs request, ours and Orbax's (through etils), gives up after the timeout: a
+    server that stops answering is then an error, not a hang (gcsfs waits forever by default)."""
+    options = fsspec.config.conf.setdefault("gs", {})
+    options.setdefault("requests_timeout", timeout_seconds())
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        options.setdefault("token", "anon")  # an emulator takes no credentials
+
+
+@functools.lru_cache(maxsize=1)
+def _check_google_credentials() -> None:
+    """Without credentials gcsfs falls back to anonymous access and fails only after its retries
+    (half a minute), with a DNS or 401 error that does not say why; asked once, up front."""
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        return
+    try:
+        # deferred: only gs:// paths need it, and it comes with the optional gcsfs
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+    except ImportError:
+        return  # no gcsfs either: url_to_fs names the extra to install
+    try:
+        google.auth.default()
+    except DefaultCredentialsError:
+        raise UserError("gs:// paths need Google Cloud credentials and none were found: run "
+                        "`gcloud auth application-default login` or set "
+                        "GOOGLE_APPLICATION_CREDENTIALS") from None
+
+
+@contextlib.contextmanager
+def reported(url: str, doing: str) -> Iterator[None]:
+    """The backend's errors while `doing` something with `url`, as one line (UserError)."""
+    try:
+        yield
+    except UserError:
+        raise
+    except FileNotFoundError as e:
+        raise UserError(f"cannot {doing} {url}: {_missing(url, e)}") from None
+    except PermissionError as e:
+        raise UserError(f"cannot {doing} {url}: access denied ({_first_line(e)}); check the "
+                        "credentials (gcloud auth application-default login)") from None
+    except (TimeoutError, ConnectionError, OSError) as e:
+        raise UserError(f"cannot {doing} {url}: {_first_line(e)}") from None
+    except Exception as e:  # the backends' own error classes (HttpError, auth errors, aiohttp)
+        if _is_credentials_error(e):
+            raise UserError(f"cannot {doing} {url}: no Google Cloud credentials found (run "
+                            "`gcloud auth application-default login` or set "
+                            "GOOGLE_APPLICATION_CREDENTIALS)") from None
+        if type(e).__module__.split(".")[0] in ("gcsfs", "aiohttp", "google", "s3fs",
+                                                 "botocore", "fsspec", "asyncio"):
+            raise UserError(f"cannot {doing} {url}: {type(e).__name__}: "
+                            f"{_first_line(e) or 'no answer from the storage server'}") from None
+        raise
+
+
+def not_found(url: str) -> UserError:
+    """The error for a URL with nothing behind it, saying whether its bucket exists."""
+    return UserError(f"{url} does not exist ({_missing(url, None)})")
+
+
+def _missing(url: str, error: Exception | None) -> str:
+    fs, _ = filesystem(url)
+    try:
+        bucket_exists = fs.exists(bucket(url))
+    except Exception:
+        bucket_exists = True  # cannot tell: report the object
+    if not bucket_exists:
+        return f"the bucket {bucket(url)} does not exist"
+    return "no such object or directory"
+
+
+def _is_credentials_error(error: Exception) -> bool:
+    names = {cls.__name__ for cls in type(error).__mro__}
+    return bool(names & {"DefaultCredentialsError", "RefreshError", "TransportError"})
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0][:300]
+
+
+# ---- operations on a path that is a URL or a local path ----
+
+def exists(path: str) -> bool:
+    if not is_url(path):
+        return os.path.exists(path)
+    fs, inner = filesystem(path)
+    with reported(path, "read"):
+        return fs.exists(inner)
+
+
+def isdir(path: str) -> bool:
+    if not is_url(path):
+        return os.path.isdir(path)
+    fs, inner = filesystem(path)
+    with reported(path, "read"):
+        return fs.isdir(inner)
+
+
+def isfile(path: str) -> bool:
+    if not is_url(path):
+        return os.path.isfile(path)
+    fs, inner = filesystem(path)
+    with reported(path, "read"):
+        return fs.isfile(inner)
+
+
+def listdir(path: str) -> list[str]:
+    """Names directly under `path` ([] where there is nothing)."""
+    if not is_url(path):
+        return os.listdir(path) if os.path.isdir(path) else []
+    fs, inner = filesystem(path)
+    with reported(path, "list"):
+        if not fs.isdir(inner):
+            return []
+        return sorted({posixpath.basename(p.rstrip("/")) for p in fs.ls(inner, detail=False)
+                       if p.rstrip("/") != inner.rstrip("/")})
+
+
+def read_bytes(path: str) -> bytes:
+    if not is_url(path):
+        with open(path, "rb") as f:
+            return f.read()
+    fs, inner = filesystem(path)
+    with reported(path, "read"):
+        return fs.cat_file(inner)
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """The whole object at once (a URL) or an atomic replace (a local file)."""
+    if not is_url(path):
+        with replacing(path, "wb") as f:
+            f.write(data)
+        return
+    fs, inner = filesystem(path)
+    with reported(path, "write"):
+        fs.pipe_file(inner, data)
+
+
+def remove(path: str) -> None:
+    """A file or a whole tree; nothing where there is nothing."""
+    if not is_url(path):
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
+        return
+    fs, inner = filesystem(path)
+    with reported(path, "remove"), contextlib.suppress(FileNotFoundError):
+        fs.rm(inner, recursive=True)
+
+
+def move(source: str, target: str) -> None:
+    """A rename locally; on a bucket a copy of every object then the removal of the source (not
+    atomic: used only to set aside checkpoints nothing reads meanwhile)."""
+    if not is_url(source):
+        os.rename(source, target)
+        return
+    fs, inner = filesystem(source)
+    _, inner_target = filesystem(target)
+    with reported(source, "move"):
+        fs.mv(inner, inner_target, recursive=True)

@@ -1,0 +1,163 @@
+"""One run per workdir on a bucket: the lock object WORKDIR/.lock, created only if absent.
+
+A bucket has no flock and nothing drops a lock when its holder dies, so the lock is a lease:
+
+- taken by creating the object under the precondition "no generation yet" (ifGenerationMatch=0),
+  which the store applies atomically: of two runs starting at once, one creates it;
+- refreshed by its holder every REFRESH_S seconds, each rewrite conditioned on the generation it
+  wrote last, so a holder that lost the lease learns it instead of overwriting the new holder;
+- taken over when stale (not refreshed for STALE_S seconds: its holder died without releasing),
+  conditioned on the stale generation, so of two runs taking over at once one wins;
+- deleted on release, conditioned on its own generation.
+
+The object is read before it is written, and read back after: it must then name this holder (a
+random token). Stores and emulators that ignore preconditions (gcp-storage-emulator does) thus
+still refuse a second run, and let only one of two racing writers go on (the last to write). Staleness compares the holder's wall-clock
+`refreshed` time with this host's: TPU VMs keep their clocks in sync (NTP), and STALE_S is
+minutes, far beyond any skew.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+
+from bertjax.core import storage
+from bertjax.core.errors import UserError
+
+REFRESH_S = 30.0
+STALE_S = 180.0
+
+
+class BucketLock:
+    def __init__(self, workdir: str, *, refresh_s: float = REFRESH_S, stale_s: float = STALE_S):
+        self.workdir = storage.absolute(workdir)
+        self.url = storage.join(self.workdir, ".lock")
+        self.refresh_s, self.stale_s = refresh_s, stale_s
+        self.fs, self._object = storage.filesystem(self.url)
+        self._bucket, self._key = self._object.split("/", 1)
+        self._token = secrets.token_hex(8)
+        self._since = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+        self._generation: str | None = None
+        self._stop = threading.Event()
+        self._refresher: threading.Thread | None = None
+        self.lost = False
+
+    @property
+    def held(self) -> bool:
+        return self._generation is not None
+
+    def acquire(self) -> None:
+        """Takes the lease or raises UserError naming its holder."""
+        if self.held:
+            return
+        with storage.reported(self.url, "lock"):
+            self.fs.invalidate_cache()
+            try:
+                if self.fs.exists(self._object):
+                    self._take_over_if_stale()
+                else:
+                    self._write(if_generation="0")
+            except FileExistsError:  # created since it was looked for
+                self._take_over_if_stale()
+            self._confirm()
+        self._refresher = threading.Thread(target=self._refresh_loop, daemon=True,
+                                           name="bertjax-bucket-lock")
+        self._refresher.start()
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.join(timeout=self.refresh_s + storage.timeout_seconds())
+        generation, self._generation = self._generation, None
+        if self.lost:
+            return
+        try:
+            self.fs.call("DELETE", "b/{}/o/{}", self._bucket, self._key,
+                         ifGenerationMatch=generation)
+        except Exception as e:  # an unreleased lease goes stale: the next run takes it over
+            print(f"bertjax: could not release the lock {self.url} ({type(e).__name__}); the "
+                  f"next run takes it over after {self.stale_s:.0f}s", file=sys.stderr)
+
+    def __enter__(self) -> "BucketLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def _note(self) -> bytes:
+        return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                           "since": self._since, "refreshed": time.time(),
+                           "token": self._token}).encode()
+
+    def _write(self, *, if_generation: str) -> None:
+        written = self.fs.call(
+            "POST", f"{self.fs._location}/upload/storage/v1/b/{self._bucket}/o",
+            uploadType="media", name=self._key, ifGenerationMatch=if_generation,
+            data=self._note(), json_out=True)
+        self._generation = str(written["generation"])
+
+    def _read(self) -> tuple[dict, str]:
+        """(the note, its generation); generation first: a takeover conditioned on it fails if
+        the note changed after it was read."""
+        self.fs.invalidate_cache()
+        generation = str(self.fs.info(self._object)["generation"])
+        try:
+            note = json.loads(self.fs.cat_file(self._object))
+        except ValueError:
+            note = {}
+        return (note if isinstance(note, dict) else {}), generation
+
+    def _take_over_if_stale(self) -> None:
+        note, generation = self._read()
+        age = time.time() - float(note.get("refreshed") or 0)
+        if age <= self.stale_s:
+            raise self._busy(note, age)
+        print(f"bertjax: taking over the lock of {self.workdir}: its holder "
+              f"({_holder(note)}) has not refreshed it for {age:.0f}s", file=sys.stderr)
+        try:
+            self._write(if_generation=generation)
+        except FileExistsError:
+            note, _ = self._read()
+            raise self._busy(note, time.time() - float(note.get("refreshed") or 0)) from None
+
+    def _confirm(self) -> None:
+        """The object names this holder: otherwise another writer came last, and holds it."""
+        note, generation = self._read()
+        if note.get("token") != self._token:
+            self._generation = None
+            raise self._busy(note, time.time() - float(note.get("refreshed") or 0))
+        self._generation = generation
+
+    def _busy(self, note: dict, age: float) -> UserError:
+        return UserError(f"workdir {self.workdir} is in use by {_holder(note)} (its lock was "
+                         f"refreshed {max(age, 0):.0f}s ago); wait for it or use another "
+                         "workdir")
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.wait(self.refresh_s):
+            try:
+                self._write(if_generation=self._generation or "0")
+            except FileExistsError:
+                self.lost = True
+                print(f"bertjax: lost the lock of {self.workdir} to another run; this run's "
+                      "checkpoints may be overwritten by it", file=sys.stderr, flush=True)
+                return
+            except Exception:
+                continue  # a storage hiccup: the next refresh tries again, long before STALE_S
+
+
+def _holder(note: dict) -> str:
+    try:
+        return f"pid {int(note['pid'])} on host {note['host']} (since {note['since']})"
+    except (KeyError, TypeError, ValueError):
+        return "another process"
