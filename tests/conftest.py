@@ -7,6 +7,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Before jax is imported anywhere: 8 CPU devices let one machine test (data, fsdp, tensor) meshes.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# The test extras install libtpu (for `bertjax.compile`); without this every JAX process on a
+# machine with no TPU would try to start one first, and warn.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("BERTJAX_CACHE", os.path.join(REPO, ".cache"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Most of the suite's time is compiling, and many tests compile the same steps (the tiny runs,
@@ -146,3 +149,46 @@ def pretrained(tmp_path_factory, tokenizer_dir):
                            task="pretrain", heads={"nsp": True, "sbo": False},
                            tokenizer_dir=tokenizer_dir)
     return workdir, params
+
+
+# A local GCS server (gcp-storage-emulator in a child process, tests/gcs_emulator.py). These must be
+# in the environment before google.auth / gcsfs are imported (both read them at import time), so
+# they are set here, for every test, rather than in the fixture.
+os.environ.setdefault("NO_GCE_CHECK", "true")  # never probe the GCE metadata server
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # no per-bucket gRPC probe
+
+
+@pytest.fixture(scope="session")
+def gcs():
+    """One GCS emulator per xdist worker (its own port), with os.environ pointing at it."""
+    import sys
+
+    import fsspec.config
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gcs_emulator import GcsEmulator
+
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
+                                            "GOOGLE_CLOUD_PROJECT", "FSSPEC_GS")}
+    saved_conf = dict(fsspec.config.conf.get("gs", {}))
+    with GcsEmulator() as emulator:
+        os.environ.update(emulator.env())
+        # gcsfs: anonymous (no google.auth.default() look-up, no warning), and a request that gets
+        # no answer in 5 s fails (FSTimeoutError) instead of hanging; for child processes too.
+        os.environ["FSSPEC_GS"] = '{"token": "anon", "requests_timeout": 5}'
+        fsspec.config.conf["gs"] = {**saved_conf, "token": "anon", "requests_timeout": 5}
+        try:
+            yield emulator
+        finally:
+            fsspec.config.conf["gs"] = saved_conf
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@pytest.fixture
+def gcs_bucket(gcs) -> str:
+    """A new, empty, uniquely named bucket on the session's emulator."""
+    return gcs.new_bucket()

@@ -34,12 +34,18 @@ CHILD = textwrap.dedent("""
     import os, signal, sys
     from bertjax.train import checkpoint
     kill_at = int(os.environ.get("KILL_AFTER_CHECKPOINT", "0"))
+    # "PID:N": once checkpoint N is complete, SIGSTOP process PID (a storage server that stops
+    # answering at an exactly known point).
+    stop_pid, _, stop_at = os.environ.get("STOP_PID_AFTER_CHECKPOINT", "0:0").partition(":")
     save = checkpoint.Checkpointer.save
     def save_then_maybe_die(self, step, state, data_state, **kwargs):
         result = save(self, step, state, data_state, **kwargs)
         if step == kill_at:
             self.wait()
             os.kill(os.getpid(), signal.SIGKILL)
+        if step == int(stop_at):
+            self.wait()
+            os.kill(int(stop_pid), signal.SIGSTOP)
         return result
     checkpoint.Checkpointer.save = save_then_maybe_die
     if os.environ.get("SIGTERM_DURING_COMPILE"):

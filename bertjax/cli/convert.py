@@ -19,11 +19,10 @@ BertModel) are initialized fresh and named on stderr. Start from it with
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from bertjax.cli import entry
-from bertjax.core import output_dir
+from bertjax.core import output_dir, storage, transfer
 from bertjax.core.errors import UserError
 from bertjax.interop import hf_files, hf_models, params_dir
 from bertjax.model.config import EncoderConfig
@@ -53,6 +52,8 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
     out."""
     output_dir.check_target(output, overwrite=overwrite, kind=params_dir.MODEL_EXPORT,
                             sources=(hf_dir,))
+    source = hf_dir
+    hf_dir = transfer.local_copy(hf_dir)  # a directory on a bucket: read from this host's copy
     hf_config = hf_files.read_config(hf_dir)
     hf_models.check_architecture(hf_config)  # before reading gigabytes of weights
     tokenizer, notes = hf_files.read_tokenizer(hf_dir)
@@ -67,11 +68,11 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
     if UNTIED_DECODER in imported.not_imported:
         notes.append(f"{hf_dir} has an MLM decoder that differs from the word embeddings; "
                      "bertjax ties the two, so its MLM scores will differ from this checkpoint's")
-    info = {"task": "pretrain", "source": os.path.abspath(hf_dir), "converted_from": "huggingface",
+    info = {"task": "pretrain", "source": storage.absolute(source), "converted_from": "huggingface",
             "architectures": hf_config.get("architectures") or [],
             "initialized": imported.initialized}
     params_dir.save(output, imported.params, imported.model, heads=CONVERTED_HEADS,
-                    tokenizer=tokenizer, info=info, overwrite=overwrite, sources=(hf_dir,))
+                    tokenizer=tokenizer, info=info, overwrite=overwrite, sources=(source,))
     return imported.model, notes
 
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                            scan_layers=args.scan_layers, overwrite=args.overwrite)
     for note in notes:
         print(f"bertjax: note: {' '.join(note.split())}", file=sys.stderr)
-    print(f"wrote {os.path.abspath(args.output)}: {model.num_layers} layers, hidden "
+    print(f"wrote {storage.absolute(args.output)}: {model.num_layers} layers, hidden "
           f"{model.hidden_size}, {model.num_heads} heads, vocabulary {model.vocab_size}")
 
 

@@ -32,7 +32,7 @@ import os
 import sys
 
 from bertjax.cli import entry
-from bertjax.core import output_dir
+from bertjax.core import output_dir, storage
 from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.interop import adapters_dir, hf_electra, hf_files, hf_models, params_dir
@@ -108,7 +108,7 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
     """Writes the export; returns warnings about what did not carry over."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if not os.path.exists(source):
+    if not storage.exists(source):
         raise UserError(f"checkpoint not found: {source}")
     output_dir.check_target(output, overwrite=overwrite, kind=params_dir.MODEL_EXPORT,
                             sources=(source, tokenizer))
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     for warning in warnings:
         print(f"bertjax: warning: {' '.join(warning.split())}", file=sys.stderr)
     kind = {"hf": "Hugging Face", "params": "params-only", "adapters": "adapters"}[args.format]
-    print(f"wrote the {kind} export {os.path.abspath(args.output)}")
+    print(f"wrote the {kind} export {storage.absolute(args.output)}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import os
 import sys
 
 from bertjax.cli import entry
-from bertjax.core import output_dir
+from bertjax.core import output_dir, storage
 from bertjax.core.errors import UserError
 from bertjax.inference import standardizing
 from bertjax.inference.api import load
@@ -109,7 +109,7 @@ def _build(args) -> None:
     if manifest["truncated"]:
         print(f"note: {manifest['truncated']} document(s) were truncated to "
               f"{manifest['max_seq_len']} tokens", file=sys.stderr)
-    print(f"wrote the index {os.path.abspath(args.output)}: {manifest['documents']} documents, "
+    print(f"wrote the index {storage.absolute(args.output)}: {manifest['documents']} documents, "
           f"{manifest['dim']}-dimensional {manifest['pooling']}-pooled vectors")
     if manifest["approximate"]:
         sample = manifest["approximate"]["recall_at_build"]

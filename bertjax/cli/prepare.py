@@ -12,6 +12,7 @@ import os
 import sys
 
 from bertjax.cli import entry
+from bertjax.core import storage, transfer
 from bertjax.core.errors import UserError
 from bertjax.data import corpus
 from bertjax.data.preparation_engine import DEFAULT_DOCUMENTS_PER_SHARD, prepare
@@ -55,7 +56,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]) -> Tokenizer:
     if args.vocab:
-        return load_tokenizer(args.vocab, lowercase=False if args.cased else None)
+        return load_tokenizer(transfer.local_copy(args.vocab),
+                              lowercase=False if args.cased else None)
     saved = os.path.join(args.output, corpus.TOKENIZER_DIR)
     if os.path.isdir(saved):
         # Resuming or re-running: training again could give another vocabulary.
@@ -78,7 +80,11 @@ def _vocab_size(args: argparse.Namespace) -> int:
 @entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
-    inputs = [spec.strip() for spec in args.input.split(",") if spec.strip()]
+    inputs = transfer.local_inputs(spec.strip() for spec in args.input.split(",") if spec.strip())
+    target = args.output
+    if storage.is_url(target):  # prepared on this host, then uploaded (the manifest last)
+        args.output = (transfer.local_copy(target) if storage.exists(
+            storage.join(target, corpus.MANIFEST)) else transfer.working_copy(target))
     # Before a vocabulary is trained: an output prepared otherwise must not silently win.
     notes = [f"bertjax: warning: {' '.join(warning.split())}" for warning in
              corpus.check_prepared_matches(
@@ -94,7 +100,10 @@ def main(argv: list[str] | None = None) -> None:
                        documents_per_shard=args.documents_per_shard, workers=args.workers,
                        progress=not args.no_progress, max_line_chars=args.max_line_chars,
                        on_start=print_notes)
-    print(summary(manifest, args.output))
+    if storage.is_url(target) and not storage.exists(storage.join(target, corpus.MANIFEST)):
+        transfer.upload_tree(args.output, target, last=(corpus.MANIFEST,),
+                             only=lambda name: not name.startswith("."))
+    print(summary(manifest, target))
 
 
 if __name__ == "__main__":

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from bertjax.cli import entry
-from bertjax.core import output_dir
+from bertjax.core import output_dir, storage
 from bertjax.core.errors import UserError
 from bertjax.data import demo_corpus
 from bertjax.inference import loading, standardizing
@@ -120,7 +119,7 @@ def _fit(args) -> None:
     stats = standardizing.resolve(args.standardize)
     index = SenseIndex.fit(_load_model(args), examples, args.layers, stats)
     index.save(args.output, overwrite=args.overwrite)
-    print(f"wrote the sense index {os.path.abspath(args.output)}: {len(index.lemmas)} lemmas, "
+    print(f"wrote the sense index {storage.absolute(args.output)}: {len(index.lemmas)} lemmas, "
           f"{len(index.senses)} senses from {len(examples)} WordNet examples")
 
 

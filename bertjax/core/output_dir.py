@@ -13,7 +13,8 @@ half-written output and removes the staging copy. The promise about what already
 - never an input: a target that is, contains or lies inside one of the command's inputs is
   refused with or without overwrite.
 
-The output gets ordinary permissions (the umask's), not the staging copy's private ones.
+The output gets ordinary permissions (the umask's), not the staging copy's private ones. A target
+that is a URL (gs://...) is staged locally and uploaded (remote_output.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import tempfile
 import threading
 from typing import IO, Callable, Iterable, Iterator
 
+from bertjax.core import remote_output, storage
 from bertjax.core.errors import EXIT_TERMINATED, UserError
 from bertjax.core.file_modes import current_umask, publish
 from bertjax.core.no_replace import rename_no_replace
@@ -51,6 +53,8 @@ class Kind:
 def check_target(path: str, *, overwrite: bool, kind: Kind,
                  sources: Iterable[str | None] = ()) -> str:
     """The absolute target path, refused (before any work) as the module docstring says."""
+    if storage.is_url(path):
+        return remote_output.check_target(path, overwrite=overwrite, kind=kind, sources=sources)
     target = os.path.abspath(path)
     _refuse_inputs(path, target, sources)
     if os.path.lexists(target):
@@ -68,6 +72,8 @@ def check_target(path: str, *, overwrite: bool, kind: Kind,
 def check_space(path: str, needed: int) -> None:
     """Refuses, before any byte is written, an output that cannot fit where it goes (an estimate
     of `needed` bytes; a full disk found later is reported too, this only saves the work)."""
+    if storage.is_url(path):
+        return  # a bucket has no free space to check
     parent = os.path.dirname(os.path.abspath(path))
     while parent and not os.path.isdir(parent):
         parent = os.path.dirname(parent)
@@ -98,6 +104,10 @@ def _refuse_inputs(path: str, target: str, sources: Iterable[str | None]) -> Non
 def staged(path: str, *, overwrite: bool, kind: Kind,
            sources: Iterable[str | None] = ()) -> Iterator[str]:
     """Yields an empty staging directory that becomes `path` when the block succeeds."""
+    if storage.is_url(path):
+        with remote_output.staged(path, overwrite=overwrite, kind=kind, sources=sources) as local:
+            yield local
+        return
     target = check_target(path, overwrite=overwrite, kind=kind, sources=sources)
     parent = os.path.dirname(target)
     with _write_errors_reported(path, parent):
@@ -114,6 +124,11 @@ def staged(path: str, *, overwrite: bool, kind: Kind,
 def staged_file(path: str, *, overwrite: bool, kind: Kind, sources: Iterable[str | None] = (),
                 mode: str = "wb") -> Iterator[IO]:
     """Yields an open staging file that becomes `path` when the block succeeds."""
+    if storage.is_url(path):
+        with remote_output.staged_file(path, overwrite=overwrite, kind=kind, sources=sources,
+                                       mode=mode) as f:
+            yield f
+        return
     target = check_target(path, overwrite=overwrite, kind=kind, sources=sources)
     parent = os.path.dirname(target)
     with _write_errors_reported(path, parent):

@@ -20,8 +20,10 @@ BERTJAX_STORAGE_TIMEOUT seconds (default 30) and the backend's few retries.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import logging
 import os
 import posixpath
 import re
@@ -34,6 +36,7 @@ from typing import Iterator
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 import fsspec  # noqa: E402 (after the setting above)
+import fsspec.exceptions  # noqa: E402
 
 from bertjax.core.atomic_files import replacing  # noqa: E402
 from bertjax.core.errors import UserError  # noqa: E402
@@ -131,12 +134,17 @@ def _check_google_credentials() -> None:
         from google.auth.exceptions import DefaultCredentialsError
     except ImportError:
         return  # no gcsfs either: url_to_fs names the extra to install
+    auth_log = logging.getLogger("google.auth")
+    level = auth_log.level
+    auth_log.setLevel(logging.ERROR)  # its warning about the absent metadata server says less
     try:
         google.auth.default()
     except DefaultCredentialsError:
         raise UserError("gs:// paths need Google Cloud credentials and none were found: run "
                         "`gcloud auth application-default login` or set "
                         "GOOGLE_APPLICATION_CREDENTIALS") from None
+    finally:
+        auth_log.setLevel(level)
 
 
 @contextlib.contextmanager
@@ -151,7 +159,10 @@ def reported(url: str, doing: str) -> Iterator[None]:
     except PermissionError as e:
         raise UserError(f"cannot {doing} {url}: access denied ({_first_line(e)}); check the "
                         "credentials (gcloud auth application-default login)") from None
-    except (TimeoutError, ConnectionError, OSError) as e:
+    except (TimeoutError, asyncio.TimeoutError, fsspec.exceptions.FSTimeoutError):
+        raise UserError(f"cannot {doing} {url}: the storage server did not answer within "
+                        f"{timeout_seconds():.0f}s (BERTJAX_STORAGE_TIMEOUT)") from None
+    except (ConnectionError, OSError) as e:
         raise UserError(f"cannot {doing} {url}: {_first_line(e)}") from None
     except Exception as e:  # the backends' own error classes (HttpError, auth errors, aiohttp)
         if _is_credentials_error(e):

@@ -122,3 +122,33 @@ def upload_tree(local: str, url: str, *, last: Iterable[str] = (),
             source = os.path.join(local, relative) if relative else local
             fs.put_file(source, posixpath.join(inner, relative) if relative else inner)
     return ordered
+
+
+def local_inputs(specs: Iterable[str]) -> list[str]:
+    """Input specs (files, directories, globs) with every URL among them replaced by local
+    copies: a glob by the copies of what it matches, in order. Other specs pass unchanged."""
+    local = []
+    for spec in specs:
+        if not storage.is_url(spec):
+            local.append(spec)
+            continue
+        if not any(c in spec for c in "*?["):
+            local.append(local_copy(spec))
+            continue
+        fs, inner = storage.filesystem(spec)
+        with storage.reported(spec, "list"):
+            matches = sorted(fs.glob(inner))
+        if not matches:
+            raise storage.not_found(spec)
+        prefix = storage.scheme(spec) + "://"
+        local += [local_copy(prefix + match) for match in matches]
+    return local
+
+
+def working_copy(url: str) -> str:
+    """A local directory to build what will be uploaded to `url` in, kept between attempts (a
+    preparation interrupted on this host resumes where it stopped)."""
+    directory = os.path.join(cache_dir(), "building",
+                             hashlib.sha256(storage.absolute(url).encode()).hexdigest()[:20])
+    os.makedirs(directory, exist_ok=True)
+    return directory

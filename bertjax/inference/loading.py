@@ -20,12 +20,13 @@ import dataclasses
 import os
 from typing import Any
 
-from bertjax.core import json_records
+from bertjax.core import json_records, storage, transfer
 from bertjax.core.errors import UserError
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.interop import adapters_dir, hf_bert_config, hf_files, hf_models, params_dir
 from bertjax.model.config import EncoderConfig
 
+ORBAX_COMMITTED = "commit_success.txt"  # what Orbax writes last into a step on a bucket
 RUN_RECORD = "run.json"
 RESULTS_FILE = "results.json"
 CHECKPOINTS = "checkpoints"
@@ -73,6 +74,7 @@ class Loaded:
 
 
 def kind_of(path: str) -> str:
+    path = fetched(path)
     if not os.path.exists(path):
         raise UserError(f"checkpoint not found: {path}")
     if params_dir.is_params_dir(path):
@@ -90,6 +92,7 @@ def kind_of(path: str) -> str:
 
 def describe(path: str) -> Loaded:
     """What `path` holds, from its JSON records alone (no arrays are read)."""
+    path = fetched(path)
     kind = kind_of(path)
     if kind in (PARAMS, ADAPTERS):
         return _describe_params(path, kind)
@@ -101,6 +104,7 @@ def describe(path: str) -> Loaded:
 def load(path: str, step: int | None = None, *, base: str | None = None) -> Loaded:
     """`describe(path)` with the parameters (a workdir's latest checkpoint, or `step`); an
     adapters export on `base` (default: the base it records)."""
+    path = fetched(path, step)
     kind = kind_of(path)
     if step is not None and kind != WORKDIR:
         raise UserError(f"a checkpoint step was given, but {path} is not a workdir with "
@@ -154,6 +158,23 @@ def _describe_params(path: str, kind: str = PARAMS) -> Loaded:
                   step=record.get("step"))
 
 
+def fetched(path: str, step: int | None = None) -> str:
+    """A model on a bucket, copied to this host (the cache, fetched again only when it changed):
+    its records, tokenizer and parameters, and of a workdir's checkpoints only the one read (the
+    newest, or `step`). A local path is returned as it is."""
+    if not storage.is_url(path):
+        return path
+    steps = checkpoint_steps(path)
+    wanted = str(step if step is not None else (steps[-1] if steps else ""))
+
+    def skip(relative: str) -> bool:
+        top, _, rest = relative.partition("/")
+        if top == CHECKPOINTS:
+            return rest.partition("/")[0] != wanted
+        return top in ("tensorboard", ".lock")
+    return transfer.local_copy(path, skip=skip)
+
+
 def _on_base(loaded: Loaded, base: str | None) -> dict:
     """An adapters export's parameters put back on the encoder of its base."""
     base = base or loaded.record.get("base", {}).get("path", "")
@@ -177,18 +198,25 @@ def _describe_workdir(workdir: str) -> Loaded:
     run_file = os.path.join(workdir, RUN_RECORD)
     record = read_json(run_file)
     tokenizer_dir = record.get("tokenizer_dir") or ""
+    if storage.is_url(tokenizer_dir) and storage.isdir(tokenizer_dir):  # a run on a bucket
+        tokenizer_dir = transfer.local_copy(tokenizer_dir)
     return Loaded(os.path.abspath(workdir), WORKDIR, _encoder(record, "encoder", run_file),
                   record.get("heads", {}), record,
                   tokenizer_dir if os.path.isdir(tokenizer_dir) else None)
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
-    """The complete checkpoints of a workdir, oldest first (nothing is created or locked)."""
-    directory = os.path.join(workdir, CHECKPOINTS)
-    if not os.path.isdir(directory):
-        return []
-    return sorted(int(name) for name in os.listdir(directory) if name.isdigit()
-                  and os.path.isdir(os.path.join(directory, name, "state")))
+    """The complete checkpoints of a workdir (a local path or a URL), oldest first (nothing is
+    created or locked). On a bucket a step is complete once Orbax has written its commit marker
+    (there is no directory rename to wait for)."""
+    directory = storage.join(workdir, CHECKPOINTS)
+    if not storage.is_url(workdir):
+        if not os.path.isdir(directory):
+            return []
+        return sorted(int(name) for name in os.listdir(directory) if name.isdigit()
+                      and os.path.isdir(os.path.join(directory, name, "state")))
+    return sorted(int(name) for name in storage.listdir(directory) if name.isdigit()
+                  and storage.exists(storage.join(directory, name, ORBAX_COMMITTED)))
 
 
 def _checkpoint_step(workdir: str, step: int | None) -> int:

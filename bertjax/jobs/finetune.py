@@ -25,6 +25,7 @@ import sys
 
 import jax
 
+from bertjax.core import storage
 from bertjax.core.atomic_files import write_json
 from bertjax.core.errors import UserError
 from bertjax.data.tokenizer import Tokenizer
@@ -86,7 +87,7 @@ def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int
     compared = {"task": s.task, "method": s.method.name, "model": layout_of(start.encoder),
                 "heads": data.task.heads_info()}
     info = {"encoder": dataclasses.asdict(start.encoder), "tokenizer_dir": tokenizer_dir,
-            "init_checkpoint": os.path.abspath(s.init_checkpoint) if s.init_checkpoint else "",
+            "init_checkpoint": storage.absolute(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
             "task_settings": data.task.recorded_settings(),
             "adaptation": {"method": s.method.name, "fresh": list(fresh)},

@@ -9,14 +9,14 @@ the run itself (compiled steps, state, loop) is a PretrainRun (pretrain_run.py).
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 
 import jax
 
+from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.inference import loading
-from bertjax.jobs import common, pretraining_data, pretraining_model
+from bertjax.jobs import common, pretraining_data, pretraining_model, remote_inputs
 from bertjax.jobs.pretrain_run import PretrainRun
 from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import distributed, partitioning
@@ -30,15 +30,17 @@ def run(s: PretrainSettings, workdir: str) -> dict:
         return _run(s, workdir, stop)
 
 
-def _run(s: PretrainSettings, workdir: str, stop) -> dict:
+def _run(given: PretrainSettings, workdir: str, stop) -> dict:
+    inputs = remote_inputs.localized(given)  # inputs on a bucket, read through local copies
+    s = inputs.settings
     mesh = s.mesh.make()
     common.check_batch_split(mesh, batch_size=s.train.batch_size // s.train.accumulation_steps)
     run_dir = RunDirectory(workdir)
     run_dir.check({"task": "pretrain", "objective": s.objective.name})
-    done = max(loading.checkpoint_steps(run_dir.path), default=0)
+    done = max(loading.checkpoint_steps(run_dir.checkpoints), default=0)
     if done >= s.train.steps:
         if jax.process_index() == 0:
-            print(f"nothing to do: the run in {run_dir.path} already reached step "
+            print(f"nothing to do: the run in {run_dir.location} already reached step "
                   f"{s.train.steps}", file=sys.stderr)
         return {}
     source = loading.describe(s.init_checkpoint) if s.init_checkpoint else None
@@ -48,11 +50,11 @@ def _run(s: PretrainSettings, workdir: str, stop) -> dict:
     if source is not None and not done:  # a resumed run has its own parameters
         source = loading.load(s.init_checkpoint)
     with run_dir:
-        prepared = _prepared_corpus(s, run_dir.path, required)
+        prepared = _prepared_corpus(inputs, run_dir, required)
         tokenizer = prepared.tokenizer
         encoder = s.model.encoder(tokenizer.vocab_size, tokenizer.special.pad,
                                   source.encoder if source is not None else None)
-        compared, info = _record(s, run_dir.path, encoder)
+        compared, info = _record(given, run_dir.location, encoder)
         run_dir.check(compared)
         share = partitioning.process_batch_slice(mesh)
         data = pretraining_data.batches(s, prepared, process_index=share.index,
@@ -64,12 +66,25 @@ def _run(s: PretrainSettings, workdir: str, stop) -> dict:
             run.close()
 
 
-def _prepared_corpus(s: PretrainSettings, workdir: str, required):
+def _prepared_corpus(inputs: remote_inputs.LocalInputs, run_dir: RunDirectory, required):
     """The workdir's prepared corpus; with several processes, process 0 prepares a missing one
-    while the others wait, then every process reads it."""
-    distributed.check_shared_directory(workdir, "workdir")
-    distributed.run_on_process_zero(
-        lambda: pretraining_data.prepared_corpus(s, workdir, required), "preparing the corpus")
+    while the others wait, then every process reads it. A workdir (or data.prepared) on a bucket
+    is shared by definition: process 0 uploads what it prepared and the others fetch it."""
+    s, workdir = inputs.settings, run_dir.path
+    if not run_dir.remote:  # checkpoints and records: every host must see one workdir
+        distributed.check_shared_directory(workdir, "workdir")
+
+    def prepare():
+        prepared = pretraining_data.prepared_corpus(s, workdir, required)
+        remote_inputs.upload_prepared(inputs)
+        run_dir.push()
+        return prepared
+    distributed.run_on_process_zero(prepare, "preparing the corpus")
+    if jax.process_index() != 0:
+        run_dir.pull()
+        if inputs.upload_prepared_to is not None:
+            s = remote_inputs.localized(dataclasses.replace(
+                s, data=dataclasses.replace(s.data, prepared=inputs.upload_prepared_to))).settings
     return pretraining_data.prepared_corpus(s, workdir, required,
                                             may_prepare=jax.process_index() == 0)
 
@@ -80,7 +95,7 @@ def _record(s: PretrainSettings, workdir: str, encoder) -> tuple[dict, dict]:
                 **pretraining_model.compared_layout(s, encoder)}
     info = {"encoder": dataclasses.asdict(encoder), "task": "pretrain",
             "heads": pretraining_model.heads_record(s, encoder),
-            "tokenizer_dir": os.path.join(s.data.prepared_dir(workdir), "tokenizer")}
+            "tokenizer_dir": storage.join(s.data.prepared_dir(workdir), "tokenizer")}
     return compared, info
 
 

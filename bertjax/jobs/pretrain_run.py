@@ -4,11 +4,12 @@ loop with its hooks (log, eval, checkpoint); at the end, curves and where the ou
 
 from __future__ import annotations
 
-import os
 import sys
 
 import jax
 
+from bertjax.core import storage
+from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.jobs import common, pretraining_model
 from bertjax.jobs.run_directory import RunDirectory
@@ -55,7 +56,7 @@ class PretrainRun:
     def _compile(self) -> dict:
         """The train step per sequence length of the phases not yet done."""
         s, schedule = self.s, self.s.schedule
-        done = max(loading.checkpoint_steps(self.workdir), default=0)
+        done = max(loading.checkpoint_steps(self.run_dir.checkpoints), default=0)
         abstract, shardings = common.abstract_state(self.model, self.optimizer, self.first_shapes,
                                                     self.mesh, s.train.seed)
         train_step = make_train_step(self.model, self.optimizer, self.mesh, shardings,
@@ -90,7 +91,7 @@ class PretrainRun:
         if common.stopped_before_start(stop):
             return {}
         s = self.s
-        self.checkpointer = Checkpointer(self.workdir, keep=s.train.keep_checkpoints)
+        self.checkpointer = Checkpointer(self.run_dir.checkpoints, keep=s.train.keep_checkpoints)
         start = common.restore_or_init(self.model, self.optimizer, self.first_shapes, self.mesh,
                                        s.train.seed, self.checkpointer, self._warm_start())
         self.run_dir.write_record(compared, info)
@@ -147,7 +148,8 @@ class PretrainRun:
         if self.is_main:
             if s.train.plot:
                 plot_curves(self.workdir)
-            report_outputs(self.workdir, last_step, total_steps, s.train.plot)
+            self.run_dir.push()
+            report_outputs(self.run_dir.location, last_step, total_steps, s.train.plot)
         return self.logger.last_logged
 
     def _evaluate(self, step: int, state, _metrics) -> None:
@@ -166,16 +168,29 @@ class PretrainRun:
     def _checkpoint(self, step: int, state, metrics) -> None:
         """The state with the data iterator's position: a resume continues bit for bit."""
         self.logger.flush()
-        self.checkpointer.save(step, state, self.batches.get_state(), metrics=metrics)
+        # A workdir on a bucket gets the lines logged so far before the checkpoint exists: a run
+        # killed once it is saved resumes from it with every line up to it.
+        self.writer.flush()
+        try:
+            self.run_dir.push()
+            self.checkpointer.save(step, state, self.batches.get_state(), metrics=metrics)
+        except UserError as e:
+            if not self.run_dir.remote:
+                raise
+            saved = self.checkpointer.latest_step()
+            raise UserError(f"{e}; checkpoint {step} was not saved, "
+                            + (f"checkpoint {saved} stays restorable: run the same command "
+                               "again once the storage answers" if saved else
+                               "and none was before")) from None
 
 
 def report_outputs(workdir: str, step: int, total_steps: int, plotted: bool) -> None:
     lines = [f"\nstep {step} of {total_steps}; workdir {workdir}",
-             f"  checkpoints: {os.path.join(workdir, 'checkpoints')}",
-             f"  metrics:     {os.path.join(workdir, 'metrics.jsonl')} "
-             f"(TensorBoard: {os.path.join(workdir, 'tensorboard')})"]
+             f"  checkpoints: {storage.join(workdir, 'checkpoints')}",
+             f"  metrics:     {storage.join(workdir, 'metrics.jsonl')} "
+             f"(TensorBoard: {storage.join(workdir, 'tensorboard')})"]
     if plotted:
-        lines.append(f"  curves:      {os.path.join(workdir, 'curves.png')}")
+        lines.append(f"  curves:      {storage.join(workdir, 'curves.png')}")
     if step < total_steps:
         lines.append("  continue:    run the same command again; it resumes from the checkpoint")
     else:

@@ -71,7 +71,9 @@ class BucketLock:
                                            name="bertjax-bucket-lock")
         self._refresher.start()
 
-    def release(self) -> None:
+    def release(self, *, quiet: bool = False) -> None:
+        """Deletes the lease; `quiet`: a lease that cannot be deleted (the storage server is
+        gone) is left to go stale without a word, for a run that already reported an error."""
         if not self.held:
             return
         self._stop.set()
@@ -84,8 +86,9 @@ class BucketLock:
             self.fs.call("DELETE", "b/{}/o/{}", self._bucket, self._key,
                          ifGenerationMatch=generation)
         except Exception as e:  # an unreleased lease goes stale: the next run takes it over
-            print(f"bertjax: could not release the lock {self.url} ({type(e).__name__}); the "
-                  f"next run takes it over after {self.stale_s:.0f}s", file=sys.stderr)
+            if not quiet:
+                print(f"bertjax: could not release the lock {self.url} ({type(e).__name__}); the "
+                      f"next run takes it over after {self.stale_s:.0f}s", file=sys.stderr)
 
     def __enter__(self) -> "BucketLock":
         self.acquire()

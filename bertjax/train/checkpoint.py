@@ -19,7 +19,6 @@ the free space while the earlier checkpoints stay as they were.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from typing import Any
 
@@ -28,6 +27,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.train import checkpoint_faults as faults
 from bertjax.train.checkpoint_faults import CheckpointWriteError  # noqa: F401 (re-exported)
@@ -37,12 +37,12 @@ CHECKPOINT_DIR = "checkpoints"
 
 
 def checkpoint_dir(workdir: str) -> str:
-    return os.path.join(os.path.abspath(workdir), CHECKPOINT_DIR)
+    return storage.join(storage.absolute(workdir), CHECKPOINT_DIR)
 
 
 def latest_step(workdir: str) -> int | None:
     """The newest complete checkpoint's step in a workdir, without creating anything."""
-    if not os.path.isdir(checkpoint_dir(workdir)):
+    if not storage.isdir(checkpoint_dir(workdir)):
         return None
     try:
         checkpointer = Checkpointer(workdir, read_only=True)
@@ -79,7 +79,12 @@ class Checkpointer:
             create=not read_only, read_only=read_only)
         # Handlers named up front, so a fresh process can read a checkpoint's metadata before
         # it has saved anything itself.
-        handlers = {"state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()}
+        # On a bucket, arrays are written as plain zarr chunks (one object each): OCDBT, the local
+        # default, updates a manifest under generation preconditions that not every object
+        # store (nor gcp-storage-emulator) serves.
+        handlers = {"state": ocp.StandardCheckpointHandler(
+                        use_ocdbt=not storage.is_url(self.directory)),
+                    "data": ocp.JsonCheckpointHandler()}
         self._saving_step: int | None = None  # the step whose write may still be in flight
         self._failure: CheckpointWriteError | None = None
         self._skipped: set[int] = set()  # unreadable steps a read-only checkpointer passes over

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.core import storage
 from bertjax.core.errors import UserError
 
 UNREADABLE_SUFFIX = ".unreadable"
@@ -70,12 +71,17 @@ def short_reason(error: BaseException, limit: int = 160) -> str:
 
 
 def describe_write_failure(step: int, directory: str, reason: str) -> str:
-    return (f"cannot write checkpoint {step} to {directory}: {reason} "
-            f"({_size(_free_bytes(directory))} free)")
+    free = _free_bytes(directory)
+    where = f" ({_size(free)} free)" if free is not None or not storage.is_url(directory) else ""
+    return f"cannot write checkpoint {step} to {directory}: {reason}{where}"
 
 
 def remove_partial_save(directory: str, step: int) -> None:
-    """Deletes the temporary directory a failed save of `step` left (never a finished step)."""
+    """Deletes the temporary directory a failed save of `step` left (never a finished step).
+    On a bucket Orbax writes in place and marks a step complete last: an unmarked step is never
+    listed, and the next save of that step replaces it."""
+    if storage.is_url(directory):
+        return
     for path in glob.glob(os.path.join(glob.escape(directory), f"{step}{_ORBAX_TMP_SUFFIX}*")):
         shutil.rmtree(path, ignore_errors=True)
 
@@ -83,13 +89,13 @@ def remove_partial_save(directory: str, step: int) -> None:
 def set_aside(directory: str, step: int, suffix: str = UNREADABLE_SUFFIX) -> str:
     """Renames checkpoint `step` to `<step><suffix>[-k]`: Orbax no longer lists it, a new save of
     that step is not blocked, and whatever is in it can still be inspected or recovered."""
-    source = os.path.join(directory, str(step))
+    source = storage.join(directory, str(step))
     target = source + suffix
     attempt = 1
-    while os.path.exists(target):
+    while storage.exists(target):
         attempt += 1
         target = f"{source}{suffix}-{attempt}"
-    os.rename(source, target)
+    storage.move(source, target)
     return target
 
 
@@ -150,6 +156,8 @@ def _raised_in_orbax(traceback) -> bool:
 
 
 def _free_bytes(directory: str) -> int | None:
+    if storage.is_url(directory):
+        return None  # a bucket has no free space to speak of
     path = directory
     while path and not os.path.exists(path):
         path = os.path.dirname(path)

@@ -99,6 +99,13 @@ class MetricsWriter:
             if key != "step" and isinstance(value, (int, float)):
                 self._tb.add_scalar(key, value, global_step=step)
 
+    def flush(self) -> None:
+        """Everything written so far on disk (before a workdir's files are copied elsewhere)."""
+        if self._jsonl is not None:
+            self._jsonl.flush()
+        if self._tb is not None:
+            self._tb.flush()
+
     def close(self) -> None:
         if self._jsonl is not None:
             self._jsonl.close()

@@ -60,7 +60,7 @@ class WorkdirLock:
         _write_holder(fd)
         self._fd = fd
 
-    def release(self) -> None:
+    def release(self, *, quiet: bool = False) -> None:  # noqa: ARG002 (flock cannot fail)
         if self._fd is None:
             return
         fd, self._fd = self._fd, None

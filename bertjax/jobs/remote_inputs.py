@@ -1,0 +1,51 @@
+"""The pretraining job's inputs named by URL, read through local copies on this host.
+
+data.input (files, directories, globs), data.tokenizer and an existing data.prepared on a bucket
+are fetched into the cache (core/transfer.py: again only when they changed) and the settings
+point at the copies, so the data pipeline memory-maps local shards as it always does. A
+data.prepared URL that holds no corpus yet is prepared in a local working copy and uploaded when
+complete (manifest last): the next run, on any host, finds it there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bertjax.core import storage, transfer
+from bertjax.data import corpus
+from bertjax.settings.pretrain import PretrainSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalInputs:
+    settings: PretrainSettings  # with local paths in place of URLs
+    upload_prepared_to: str | None  # the data.prepared URL a newly prepared corpus goes to
+
+
+def localized(s: PretrainSettings) -> LocalInputs:
+    d = s.data
+    changes: dict = {}
+    if d.input.strip() and any(storage.is_url(p.strip()) for p in d.input.split(",")):
+        changes["input"] = ",".join(transfer.local_inputs(
+            p.strip() for p in d.input.split(",") if p.strip()))
+    if storage.is_url(d.tokenizer):
+        changes["tokenizer"] = transfer.local_copy(d.tokenizer)
+    upload_to = None
+    if storage.is_url(d.prepared):
+        if storage.exists(storage.join(d.prepared, corpus.MANIFEST)):
+            changes["prepared"] = transfer.local_copy(d.prepared)
+        else:
+            changes["prepared"] = transfer.working_copy(d.prepared)
+            upload_to = storage.absolute(d.prepared)
+    if not changes:
+        return LocalInputs(s, None)
+    return LocalInputs(dataclasses.replace(s, data=dataclasses.replace(d, **changes)), upload_to)
+
+
+def upload_prepared(local: LocalInputs) -> None:
+    """A corpus prepared for a data.prepared URL, uploaded once complete."""
+    if local.upload_prepared_to is None:
+        return
+    directory = local.settings.data.prepared
+    transfer.upload_tree(directory, local.upload_prepared_to, last=(corpus.MANIFEST,),
+                         only=lambda name: not name.startswith("."))

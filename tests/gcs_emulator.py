@@ -1,0 +1,275 @@
+"""A real GCS JSON-API server on localhost for the tests: `gcp-storage-emulator`, in memory, in a
+child process of its own (so that a test can pause it with SIGSTOP, as a storage server that stops
+answering, or kill it, as one that is gone).
+
+    with GcsEmulator() as gcs:
+        gcs.create_bucket("b")
+        os.environ.update(gcs.env())      # or pass gcs.env() to a child process
+        fsspec.filesystem("gs").pipe("gs://b/x", b"data")
+
+The child binds 127.0.0.1 port 0 and prints the port the kernel gave it, so two pytest-xdist
+workers (or any number of emulators) never race for a port.
+
+Preconditions. The stock emulator (2026.7.19) ignores `ifGenerationMatch` entirely: an "exclusive
+create" (gcsfs `mode="create"`, `open(..., "xb")`) silently overwrites and a conditional rewrite or
+delete always succeeds. Real GCS answers 412 Precondition Failed. With `preconditions=True` (the
+default) the child wraps the object handlers so `ifGenerationMatch` / `ifGenerationNotMatch` (query
+parameters of the JSON API, which is what gcsfs, google-cloud-storage and tensorstore use) are
+honoured as GCS does, 412 with reason "conditionNotMet". The server handles one request at a time,
+so the check and the write are atomic, as on GCS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 15.0
+
+
+def emulator_env(host: str) -> dict[str, str]:
+    """Environment variables that point gcsfs, google-cloud-storage and tensorstore (Orbax) at an
+    emulator at `host` ("127.0.0.1:PORT") and keep every client away from credentials look-ups."""
+    return {
+        # gcsfs adds "http://" when the value has no scheme; google-cloud-storage accepts both.
+        "STORAGE_EMULATOR_HOST": f"http://{host}",
+        # tensorstore's "gcs" driver (Orbax); with it set tensorstore sends no credentials at all.
+        "TENSORSTORE_GCS_HTTP_URL": f"http://{host}",
+        # google.auth and gcsfs: never probe the GCE metadata server (169.254.169.254). Must be
+        # exactly "true" and set before google.auth is imported (it is read at import time).
+        "NO_GCE_CHECK": "true",
+        # A project for google-cloud-storage / gcsfs so neither looks one up.
+        "GOOGLE_CLOUD_PROJECT": "test",
+        # gcsfs >= 2025.x defaults this to true and then uses ExtendedGcsFileSystem, which asks each
+        # bucket for its layout over gRPC before the first write (slow, and meaningless here).
+        # Read when gcsfs is imported.
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
+
+
+class GcsEmulator:
+    """One gcp-storage-emulator child process on 127.0.0.1 and a free port, storage in memory."""
+
+    def __init__(self, preconditions: bool = True, start_timeout_s: float = START_TIMEOUT_S):
+        self.preconditions = preconditions
+        self._log = tempfile.NamedTemporaryFile(prefix="gcs_emulator_", suffix=".log", delete=False)
+        cmd = [sys.executable, os.path.abspath(__file__), "--serve"]
+        if preconditions:
+            cmd.append("--preconditions")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log,
+                                     stdin=subprocess.DEVNULL)
+        try:
+            self.port = self._read_port(start_timeout_s)
+            self.host = f"{HOST}:{self.port}"
+            self.url = f"http://{self.host}"
+            self._wait_until_answering(start_timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _fail(self, what: str) -> RuntimeError:
+        self._log.flush()
+        with open(self._log.name, encoding="utf-8", errors="replace") as f:
+            tail = f.read()[-3000:]
+        return RuntimeError(f"gcp-storage-emulator {what} (exit code {self.proc.poll()}); "
+                            f"its log ({self._log.name}):\n{tail}")
+
+    def _read_port(self, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(f"did not report its port within {timeout_s:.0f} s")
+            ready, _, _ = select.select([self.proc.stdout], [], [], min(left, 0.2))
+            if ready:
+                byte = os.read(self.proc.stdout.fileno(), 1)  # unbuffered: select sees the rest
+                if not byte:
+                    raise self._fail("exited before it reported its port")
+                line += byte
+        text = line.decode().strip()
+        if not text.startswith("PORT "):
+            raise self._fail(f"printed {text!r} instead of its port")
+        return int(text.split()[1])
+
+    def _wait_until_answering(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise self._fail("exited while starting")
+            if time.monotonic() > deadline:
+                raise self._fail(f"did not answer within {timeout_s:.0f} s")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """Ends the server: SIGTERM, then SIGKILL after 5 s. Safe to call twice, or when paused."""
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)  # a stopped process would not see SIGTERM
+            except ProcessLookupError:
+                pass
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self._log.close()
+        try:
+            os.unlink(self._log.name)
+        except OSError:
+            pass
+
+    def kill(self) -> None:
+        """Ends the server at once (SIGKILL): new connections are refused from then on."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+    def pause(self) -> None:
+        """SIGSTOP: the port stays open and the kernel still accepts connections (up to the listen
+        backlog), but nothing ever answers: a storage server that hangs."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def __enter__(self) -> "GcsEmulator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- use ------------------------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        return emulator_env(self.host)
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def create_bucket(self, name: str) -> str:
+        status, content = self._request("POST", "/storage/v1/b?project=test", {"name": name})
+        if status != 200:
+            raise RuntimeError(f"creating bucket {name!r}: HTTP {status} {content[:300]!r}")
+        return name
+
+    def new_bucket(self, prefix: str = "test") -> str:
+        """A new bucket with a unique (valid: lower case, 3-63 characters) name."""
+        return self.create_bucket(f"{prefix}-{uuid.uuid4().hex[:16]}")
+
+    def wipe(self) -> None:
+        self._request("GET", "/wipe")
+
+
+# ------------------------------------------------------------------------------------------------
+# The child process.
+
+
+def _honour_preconditions() -> None:
+    """Wraps the emulator's object handlers so ifGenerationMatch / ifGenerationNotMatch work."""
+    from http import HTTPStatus
+
+    from gcp_storage_emulator import server as srv
+    from gcp_storage_emulator.exceptions import NotFound
+
+    def object_name(request, storage):
+        q = request.query
+        if request.params and request.params.get("object_id"):
+            return request.params["bucket_name"], request.params["object_id"]
+        if "upload_id" in q:  # a resumable upload's chunk: its object was named when it began
+            try:
+                obj = storage.get_resumable_file_obj(q["upload_id"][0])
+            except NotFound:
+                return None, None
+            return obj["bucket"], obj["name"]
+        if "name" in q:
+            return request.params["bucket_name"], q["name"][0]
+        data = request.data
+        if isinstance(data, dict):
+            meta = data.get("meta") if "meta" in data else data
+            if isinstance(meta, dict) and meta.get("name"):
+                return request.params["bucket_name"], meta["name"]
+        return None, None
+
+    def guarded(handler):
+        def wrapper(request, response, storage, *args, **kwargs):
+            q = request.query
+            match = q.get("ifGenerationMatch", [None])[0]
+            not_match = q.get("ifGenerationNotMatch", [None])[0]
+            if match is not None or not_match is not None:
+                bucket, name = object_name(request, storage)
+                if name is not None:
+                    try:
+                        current = int(storage.get_file_obj(bucket, name)["generation"])
+                    except NotFound:
+                        current = 0
+                    if (match is not None and int(match) != current) or (
+                            not_match is not None and int(not_match) == current):
+                        response.status = HTTPStatus.PRECONDITION_FAILED
+                        response.json({"error": {
+                            "code": 412, "message": "At least one of the pre-conditions you "
+                            "specified did not hold.",
+                            "errors": [{"reason": "conditionNotMet", "domain": "global",
+                                        "message": "Precondition Failed"}]}})
+                        return None
+            return handler(request, response, storage, *args, **kwargs)
+        return wrapper
+
+    guarded_methods = {"POST", "PUT", "DELETE", "PATCH"}
+    srv.HANDLERS = tuple(
+        (regex, {m: (guarded(h) if m in guarded_methods else h) for m, h in handlers.items()})
+        for regex, handlers in srv.HANDLERS)
+    original_insert = srv.objects.insert
+    srv.objects.insert = guarded(original_insert)  # the Router's fallback for POST .../b/x/o
+
+
+def _serve(preconditions: bool) -> None:
+    import logging
+
+    logging.basicConfig(level=logging.CRITICAL)
+    if preconditions:
+        _honour_preconditions()
+    from gcp_storage_emulator.server import create_server
+
+    server = create_server(HOST, 0, in_memory=True)
+    server.start()
+    parent = os.getppid()
+    print(f"PORT {server._api._httpd.server_address[1]}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while os.getppid() == parent:  # a parent killed outright (SIGKILL) leaves no orphan
+            time.sleep(0.5)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__" and "--serve" in sys.argv:
+    _serve("--preconditions" in sys.argv)
