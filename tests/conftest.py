@@ -29,7 +29,7 @@ os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARN
 
 import pytest  # noqa: E402
 
-from bertjax.core import packaged  # noqa: E402
+from bertjax.core import packaged, storage  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -160,32 +160,26 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # no per-bu
 
 @pytest.fixture(scope="session")
 def gcs():
-    """One GCS emulator per xdist worker (its own port), with os.environ pointing at it."""
-    import sys
-
-    import fsspec.config
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    """One GCS emulator per xdist worker (its own port), with os.environ pointing at it: the
+    storage code then goes there without credentials, and gives up on a request after 20 s (the
+    emulator is one Python thread, slow when the suite loads both cores)."""
     from gcs_emulator import GcsEmulator
 
-    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
-                                            "GOOGLE_CLOUD_PROJECT", "FSSPEC_GS")}
-    saved_conf = dict(fsspec.config.conf.get("gs", {}))
+    names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_CLOUD_PROJECT",
+             "BERTJAX_STORAGE_TIMEOUT")
+    saved = {name: os.environ.get(name) for name in names}
     with GcsEmulator() as emulator:
         os.environ.update(emulator.env())
-        # gcsfs: anonymous (no google.auth.default() look-up, no warning), and a request that gets
-        # no answer in 5 s fails (FSTimeoutError) instead of hanging; for child processes too.
-        os.environ["FSSPEC_GS"] = '{"token": "anon", "requests_timeout": 5}'
-        fsspec.config.conf["gs"] = {**saved_conf, "token": "anon", "requests_timeout": 5}
+        os.environ["BERTJAX_STORAGE_TIMEOUT"] = "20"
+        storage.bound_gcs_requests()  # fsspec's gs options (anonymous, 20 s), for gcsfs users too
         try:
             yield emulator
         finally:
-            fsspec.config.conf["gs"] = saved_conf
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
                 else:
-                    os.environ[k] = v
+                    os.environ[name] = value
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from bertjax.cli import entry, model_options
-from bertjax.core import output_dir
+from bertjax.core import output_dir, transfer
 from bertjax.core.errors import UserError
 from bertjax.inference import standardizing
 from bertjax.model.pooling import POOLINGS
@@ -43,7 +43,7 @@ from bertjax.vectors.standardizer import ALL_BUT_THE_TOP, METHODS, ZSCORE
 def read_texts(path: str) -> list[str]:
     """The lines of a UTF-8 file (without line ends), refused when it holds no text at all."""
     try:
-        with open(path, "rb") as f:
+        with open(transfer.local_copy(path), "rb") as f:
             data = f.read()
     except FileNotFoundError:
         raise UserError(f"input file not found: {path}") from None

@@ -98,7 +98,7 @@ def filesystem(url: str):
     saying how to get them."""
     name = scheme(url)
     if name in ("gs", "gcs"):
-        _bound_gcs_requests()
+        bound_gcs_requests()
         _check_google_credentials()
     try:
         return fsspec.core.url_to_fs(url)
@@ -113,11 +113,14 @@ def filesystem(url: str):
         raise
 
 
-def _bound_gcs_requests() -> None:
+def bound_gcs_requests() -> None:
     """Every gcsfs request, ours and Orbax's (through etils), gives up after the timeout: a
     server that stops answering is then an error, not a hang (gcsfs waits forever by default)."""
     options = fsspec.config.conf.setdefault("gs", {})
     options.setdefault("requests_timeout", timeout_seconds())
+    # Another process (a run, another host) changes what is there: never answer from a listing
+    # cached earlier.
+    options.setdefault("use_listings_cache", False)
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         options.setdefault("token", "anon")  # an emulator takes no credentials
 

@@ -18,6 +18,7 @@ import sentencepiece as spm
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers
 
+from bertjax.core import transfer
 from bertjax.core.errors import UserError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -236,7 +237,9 @@ def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
     """Loads a saved tokenizer directory, a BERT `vocab.txt`, or a SentencePiece `.model` file.
 
     `lowercase` overrides what a directory's config says (a bare vocab.txt defaults to uncased).
+    A URL (gs://...) is read from this host's cached copy of it.
     """
+    path = transfer.local_copy(path)
     if os.path.isdir(path):
         config_path = os.path.join(path, CONFIG_FILE)
         config: dict = {}

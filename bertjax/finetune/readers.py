@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Iterator
 
+from bertjax.core import storage, transfer
 from bertjax.core.errors import UserError
 from bertjax.data.sources import parse_tfds_spec
 from bertjax.finetune.conll import read_conll
@@ -74,6 +75,12 @@ def read(source: Source, kind: str) -> list:
     elif source.path.startswith(TFDS_PREFIX):
         examples = _read_tfds(source, kind)
     else:
+        if storage.is_url(source.path):  # read from this host's copy; messages name the URL
+            if not storage.isfile(source.path):
+                raise UserError(f"data file not found: {source.path}")
+            examples = read(dataclasses.replace(source, path=transfer.local_copy(source.path)),
+                            kind)
+            return examples
         if not os.path.isfile(source.path):
             raise UserError(f"data file not found: {source.path}")
         default = {"text": "tsv", "retrieval": "jsonl", "tagged": "conll", "qa": "squad",

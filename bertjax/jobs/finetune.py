@@ -20,6 +20,7 @@ names the best one (`best_workdir`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 
@@ -124,14 +125,16 @@ def train(s: FinetuneSettings, start: StartingPoint, data: TaskData, workdir: st
     done = loading.read_json(os.path.join(run_dir.path, RESULTS_FILE))
     tokenizer_dir = os.path.join(run_dir.path, "tokenizer")
     fresh = _fresh_encoder_parts(s, start, run_dir.stored)
-    compared, info = _record(s, start, data, seed, tokenizer_dir, fresh)
+    # run.json names the tokenizer where the workdir is (a bucket's, not this host's mirror)
+    compared, info = _record(s, start, data, seed, storage.join(run_dir.location, "tokenizer"),
+                             fresh)
     run_dir.check(compared)
     if done.get("finished"):
-        print(f"nothing to do: the run in {run_dir.path} has finished ({RESULTS_FILE})",
+        print(f"nothing to do: the run in {run_dir.location} has finished ({RESULTS_FILE})",
               file=sys.stderr)
         return done
     with run_dir:
-        run = FinetuneRun(s, start, data, run_dir.path, seed, mesh, fresh)
+        run = FinetuneRun(s, start, data, run_dir, seed, mesh, fresh)
         try:
             if common.stopped_before_start(stop):
                 return {"finished": False, "step": 0}
@@ -173,11 +176,15 @@ def train_restarts(s: FinetuneSettings, start: StartingPoint, data: TaskData, wo
         if evaluation.is_better(metric, result["best_metric"], runs[best]["best_metric"]):
             best = k
     summary = {**runs[best], "best_restart": best, "best_workdir": runs[best]["workdir"],
-               "workdir": os.path.abspath(workdir),
+               "workdir": storage.absolute(workdir),
                "restarts": [{"seed": r["seed"], "best_metric": r["best_metric"],
                              "best_step": r["best_step"], "workdir": r["workdir"]} for r in runs]}
     if jax.process_index() == 0:
-        write_json(os.path.join(workdir, RESULTS_FILE), summary)
+        if storage.is_url(workdir):
+            storage.write_bytes(storage.join(workdir, RESULTS_FILE),
+                                (json.dumps(summary, indent=2) + "\n").encode())
+        else:
+            write_json(os.path.join(workdir, RESULTS_FILE), summary)
         print(f"best of {len(runs)} restarts: restart_{best} ({metric} "
               f"{evaluation.shown(runs[best]['best_metric'])})", file=sys.stderr)
     return summary

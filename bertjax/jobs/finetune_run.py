@@ -12,6 +12,7 @@ import time
 import jax
 import numpy as np
 
+from bertjax.core import storage
 from bertjax.core.atomic_files import write_json
 from bertjax.finetune import distillation, evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches, process_share
@@ -45,8 +46,11 @@ def _parameters(params, trains, trainable: int) -> str:
 
 
 class FinetuneRun:
-    def __init__(self, s, start, data, workdir: str, seed: int, mesh, fresh: tuple = ()):
+    def __init__(self, s, start, data, run_dir, seed: int, mesh, fresh: tuple = ()):
+        """`run_dir`: the opened RunDirectory (its local files, its checkpoints' location)."""
+        workdir = run_dir.path
         self.s, self.data, self.workdir, self.seed, self.mesh = s, data, workdir, seed, mesh
+        self.run_dir = run_dir
         self.fresh = fresh  # encoder subtrees initialized, not loaded (see finetune.py)
         self.started = time.perf_counter()
         self.is_main = jax.process_index() == 0
@@ -59,7 +63,7 @@ class FinetuneRun:
         self.steps_per_epoch = self.batches.steps_per_epoch
         self.total = s.train.steps or s.train.epochs * self.steps_per_epoch
         self.record = {"best_step": None, "best_metric": None, "best": None, "history": []}
-        self.checkpointer = Checkpointer(workdir, keep=None)
+        self.checkpointer = Checkpointer(run_dir.checkpoints, keep=None)
         self.writer = MetricsWriter(workdir, enabled=self.is_main)
         try:
             model, shardings = self._build_state(start)
@@ -167,6 +171,8 @@ class FinetuneRun:
     def save(self, step: int, state, metrics=None) -> None:
         """A checkpoint of `step`; only it and the best one are kept."""
         self.logger.flush()
+        self.writer.flush()
+        self.run_dir.push()  # a workdir on a bucket: the lines up to the checkpoint, first
         self.checkpointer.save(step, state, {"step": step, **self.record}, metrics=metrics)
         for old in self.checkpointer.all_steps():
             if old not in (step, self.record["best_step"]):
@@ -223,14 +229,14 @@ class FinetuneRun:
             "best_step": best_step, "best_epoch": self._epoch(best_step),
             "eval": record["best"], "history": record["history"], "steps": self.total,
             "steps_per_epoch": self.steps_per_epoch, "seed": self.seed,
-            "workdir": self.workdir, "train_examples": len(d.train_examples),
+            "workdir": self.run_dir.location, "train_examples": len(d.train_examples),
             "train_rows": len(d.train_features), "eval_examples": len(d.eval_examples),
             "counted": d.counted, "init_checkpoint": self.s.init_checkpoint,
             "wall_seconds": round(time.perf_counter() - self.started, 1)}
         if self.is_main:
             write_json(os.path.join(self.workdir, RESULTS_FILE), results)
             print(f"best {task.main_metric} {evaluation.shown(record['best_metric'])} at step "
-                  f"{best_step}; results: {os.path.join(self.workdir, RESULTS_FILE)}",
+                  f"{best_step}; results: {storage.join(self.run_dir.location, RESULTS_FILE)}",
                   file=sys.stderr)
         for old in self.checkpointer.all_steps():
             if old != best_step:

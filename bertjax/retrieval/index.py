@@ -40,9 +40,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bertjax.core import atomic_files
+from bertjax.core import atomic_files, output_dir, transfer
 from bertjax.core.errors import UserError, check_choice
-from bertjax.core import output_dir
 from bertjax.model.pooling import POOLINGS
 from bertjax.retrieval import approximate, exact, integrity
 from bertjax.retrieval.fingerprint import fingerprint
@@ -213,7 +212,9 @@ def _sampled_recall(vectors: np.ndarray, graph) -> dict:
 
 def open_index(path: str) -> Index:
     """The index at `path`, its manifest, sizes, counts and the digests of its vectors and
-    documents verified (the graph's wait for `approximate_index`)."""
+    documents verified (the graph's wait for `approximate_index`). An index on a bucket is read
+    from this host's cached copy."""
+    path = transfer.local_copy(path)
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
         raise UserError(f"{path} is not a bertjax index (no {MANIFEST}); build one with "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from bertjax.core import transfer
 from bertjax.core.errors import UserError
 
 
@@ -30,7 +31,7 @@ class Query:
 
 def _lines(path: str) -> list[tuple[int, str]]:
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(transfer.local_copy(path), encoding="utf-8") as f:
             lines = [(n, line.strip()) for n, line in enumerate(f, start=1)]
     except FileNotFoundError:
         raise UserError(f"file not found: {path}") from None

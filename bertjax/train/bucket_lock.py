@@ -7,7 +7,8 @@ A bucket has no flock and nothing drops a lock when its holder dies, so the lock
 - refreshed by its holder every REFRESH_S seconds, each rewrite conditioned on the generation it
   wrote last, so a holder that lost the lease learns it instead of overwriting the new holder;
 - taken over when stale (not refreshed for STALE_S seconds: its holder died without releasing),
-  conditioned on the stale generation, so of two runs taking over at once one wins;
+  or at once when its holder was a process of this host that no longer exists, conditioned on
+  the stale generation, so of two runs taking over at once one wins;
 - deleted on release, conditioned on its own generation.
 
 The object is read before it is written, and read back after: it must then name this holder (a
@@ -123,10 +124,12 @@ class BucketLock:
     def _take_over_if_stale(self) -> None:
         note, generation = self._read()
         age = time.time() - float(note.get("refreshed") or 0)
-        if age <= self.stale_s:
+        dead = _died_on_this_host(note)
+        if age <= self.stale_s and not dead:
             raise self._busy(note, age)
+        why = "is no longer running" if dead else f"has not refreshed it for {age:.0f}s"
         print(f"bertjax: taking over the lock of {self.workdir}: its holder "
-              f"({_holder(note)}) has not refreshed it for {age:.0f}s", file=sys.stderr)
+              f"({_holder(note)}) {why}", file=sys.stderr)
         try:
             self._write(if_generation=generation)
         except FileExistsError:
@@ -157,6 +160,20 @@ class BucketLock:
                 return
             except Exception:
                 continue  # a storage hiccup: the next refresh tries again, long before STALE_S
+
+
+def _died_on_this_host(note: dict) -> bool:
+    """A holder on this host whose process is gone (a run killed here and started again) need
+    not be waited for."""
+    if note.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(note["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (KeyError, TypeError, ValueError, PermissionError):
+        return False
+    return False
 
 
 def _holder(note: dict) -> str:

@@ -43,6 +43,10 @@ def write_failure_reason(error: BaseException) -> str | None:
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno:
             return os.strerror(seen.errno)
+        if isinstance(seen, TimeoutError):  # a bucket's requests are bounded (core/storage.py)
+            return "the storage server did not answer in time"
+        if isinstance(seen, ConnectionError) or type(seen).__name__.startswith("ClientConnector"):
+            return "the storage server cannot be reached"
         text = str(seen)
         code = re.search(r"os_error_code='?(\d+)", text)
         if code:
