@@ -27,14 +27,18 @@ parallelism unless a preset says otherwise.
                      --config.data.input='corpus/*.txt'
 
   tpu_v4_8   BERT-base on one TPU v4-8 VM: 4 chips of 32 GiB HBM, one host. 110M parameters
-             and their Adam moments fit every chip many times over; batch 256 is 64 a chip.
+             and their Adam moments fit every chip many times over; batch 256 is 64 a chip. At
+             the 512-token phase the activations do not fit 32 GiB (38.6 GiB of temporaries,
+             libtpu's compiler), so the layers recompute all but their matmuls' outputs in the
+             backward pass (model.remat=save_dots, about 3% more matmul work).
                  launch/tpu_vm.sh --name=bert --zone=us-central2-b --type=v4-8 -- \
                      --config=configs/platform.py:tpu_v4_8 --workdir=DIR \
                      --config.data.input='corpus/*.txt'
 
   tpu_v5e_8  BERT-base on one TPU v5e-8 VM (v5litepod-8): 8 chips of 16 GiB HBM, one host.
-             Batch 256 is 32 a chip, which keeps the 512-token phase well inside 16 GiB without
-             remat.
+             Batch 256 is 32 a chip; at the 512-token phase that needs 20.1 GiB of temporaries
+             without remat, so the layers keep only their matmuls' outputs for the backward pass
+             (model.remat=save_dots): 7.5 GiB a chip in all (python -m bertjax.compile).
                  launch/tpu_vm.sh --name=bert --zone=us-west4-a --type=v5litepod-8 \
                      --version=v2-alpha-tpuv5-lite -- \
                      --config=configs/platform.py:tpu_v5e_8 --workdir=DIR \
@@ -44,18 +48,25 @@ parallelism unless a preset says otherwise.
              processes). The global batch is 1,024 (64 a chip, as on a v4-8) for a quarter of the
              steps, so the run sees the paper's 256M sequences; the peak learning rate grows by
              sqrt(4) with the batch. Parameters and Adam moments are sharded 4 ways (fsdp=4, over
-             the fast ICI links) and the batch 16 ways (data=4 x fsdp=4): the same config then
-             also fits BERT-large (--config.model.preset=large) at 512 tokens. Every host runs
-             the same command (launch/tpu_vm.sh does); the workdir must be on a file system all
-             4 hosts mount at the same path.
+             the fast ICI links) and the batch 16 ways (data=4 x fsdp=4): the layers keep
+             only their matmuls' outputs for the backward pass (model.remat=save_dots; without
+             it the 512-token phase needs 37.4 GiB of temporaries a chip). Every host runs
+             the same command (launch/tpu_vm.sh does); the workdir must be one all 4 hosts see:
+             a bucket (docs/cloud-storage.md) or a file system they mount at the same path.
                  launch/tpu_vm.sh --name=bert --zone=us-central2-b --type=v4-32 -- \
-                     --config=configs/platform.py:tpu_v4_32 --workdir=/mnt/shared/DIR \
-                     --config.data.input='/mnt/shared/corpus/*.txt'
+                     --config=configs/platform.py:tpu_v4_32 --workdir=gs://BUCKET/DIR \
+                     --config.data.input='gs://BUCKET/corpus/*.txt'
 """
 
 from configs import base
 
 _BF16 = {"model.dtype": "bfloat16"}
+# Each layer's activations are recomputed in the backward pass except its matmuls' outputs
+# (model.remat=save_dots): without it, the 512-token phase does not fit a TPU chip at 32 or 64
+# sequences a chip (python -m bertjax.compile, docs/tpu-compile.md: v5e-8 needed 20.1 GiB of
+# temporaries for 15.75 available, v4-8 38.6 of 30.75, v4-32 37.4 of 30.75); with it, v5e-8
+# needs 7.5 GiB in all. The recomputation adds about 3% to the step's matmuls.
+_TPU = {**_BF16, "model.remat": "save_dots"}
 
 # name -> the settings that differ from base.py (dotted keys).
 PLATFORMS: dict[str, dict] = {
@@ -63,9 +74,9 @@ PLATFORMS: dict[str, dict] = {
     "cpu_bf16": {"model.preset": "mini", "train.batch_size": 32,
                  "model.matmul_dtype": "bfloat16", "model.scan_layers": False},
     "gpu_8": _BF16,
-    "tpu_v4_8": _BF16,
-    "tpu_v5e_8": _BF16,
-    "tpu_v4_32": {**_BF16, "train.batch_size": 1024, "train.steps": 250_000,
+    "tpu_v4_8": _TPU,
+    "tpu_v5e_8": _TPU,
+    "tpu_v4_32": {**_TPU, "train.batch_size": 1024, "train.steps": 250_000,
                   "train.checkpoint_every": 2_500, "train.eval_every": 2_500,
                   "optimizer.learning_rate": 2e-4, "optimizer.warmup_steps": 2_500,
                   "mesh.fsdp": 4},  # data: the remaining 4 ways (base's -1)

@@ -9,8 +9,9 @@
 #
 # Everything after `--` goes to `python3 -m bertjax.main` on every worker; each worker's JAX
 # process joins the others through the TPU metadata (bertjax calls jax.distributed.initialize).
-# On a pod slice (several workers, e.g. v4-32) DIR must be on a file system every worker mounts
-# at the same path (NFS, Filestore, a gcsfuse bucket): the job refuses a workdir that is not shared.
+# On a pod slice (several workers, e.g. v4-32) DIR must be one every worker sees: a bucket
+# (--workdir=gs://BUCKET/DIR, docs/cloud-storage.md) or a file system every worker mounts at the
+# same path (NFS, Filestore): the job refuses a local workdir that is not shared.
 #   --steps    a comma-separated subset, run in this order: create, copy (tar of this tree, scp to
 #              every worker), setup (unpack, pip install), run, delete. With delete among them the
 #              TPU is deleted even when an earlier step fails.

@@ -161,8 +161,9 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # no per-bu
 @pytest.fixture(scope="session")
 def gcs():
     """One GCS emulator per xdist worker (its own port), with os.environ pointing at it: the
-    storage code then goes there without credentials, and gives up on a request after 20 s (the
-    emulator is one Python thread, slow when the suite loads both cores)."""
+    storage code then goes there without credentials, and gives up on a request after 60 s (the
+    emulator answers one request at a time: under a loaded suite a request can queue behind a
+    checkpoint's hundreds of array writes)."""
     from gcs_emulator import GcsEmulator
 
     names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_CLOUD_PROJECT",
@@ -170,8 +171,8 @@ def gcs():
     saved = {name: os.environ.get(name) for name in names}
     with GcsEmulator() as emulator:
         os.environ.update(emulator.env())
-        os.environ["BERTJAX_STORAGE_TIMEOUT"] = "20"
-        storage.bound_gcs_requests()  # fsspec's gs options (anonymous, 20 s), for gcsfs users too
+        os.environ["BERTJAX_STORAGE_TIMEOUT"] = "60"
+        storage.bound_gcs_requests()  # fsspec's gs options (anonymous, 60 s), for gcsfs users too
         try:
             yield emulator
         finally:

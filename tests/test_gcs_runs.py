@@ -110,15 +110,15 @@ def test_a_storage_server_that_stops_answering_mid_save(gcs, gcs_bucket, bucket_
     try:
         frozen = subprocess.run(
             [sys.executable, "-c", CHILD, *args], cwd=REPO, capture_output=True, text=True,
-            timeout=240, env=child_env(STOP_PID_AFTER_CHECKPOINT=f"{gcs.proc.pid}:3",
-                                       BERTJAX_STORAGE_TIMEOUT="8"))
+            timeout=280, env=child_env(STOP_PID_AFTER_CHECKPOINT=f"{gcs.proc.pid}:3",
+                                       BERTJAX_STORAGE_TIMEOUT="20"))
     finally:
         gcs.resume()
-    assert time.monotonic() - started < 200
+    assert time.monotonic() - started < 240
     assert frozen.returncode == 2, frozen.stderr[-3000:]
     assert "Traceback" not in frozen.stderr and frozen.stderr.count("bertjax: error:") == 1
     error = frozen.stderr.strip().splitlines()[-1]
-    assert error.startswith("bertjax: error:") and "did not answer within 8s" in error, error
+    assert error.startswith("bertjax: error:") and "did not answer within 20s" in error, error
     assert "checkpoint 6 was not saved, checkpoint 3 stays restorable" in error, error
     assert loading.checkpoint_steps(workdir) == [3]
     # The frozen run's lease: deleted by its last request once the server answers again, or
@@ -191,7 +191,7 @@ def test_fine_tuning_embedding_and_an_index_all_on_a_bucket(gcs, gcs_bucket, fin
 
     texts = f"{bucket}/texts.txt"
     storage.write_bytes(texts, "\n".join(e.text for e in reviews[:8]).encode() + b"\n")
-    done = run_in_process("embed", "--model", model, "--input", texts,
+    done = run_in_process("embed", "--model", model, "--input", texts, "--pooling", "mean",
                           "--output", f"{bucket}/vectors.npy")
     assert done.returncode == 0, done.stderr
     local = transfer.local_copy(f"{bucket}/vectors.npy")

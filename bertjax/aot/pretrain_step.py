@@ -2,10 +2,10 @@
 model, optimizer, shardings, dtype, remat, accumulation and scan), one compile per length phase,
 on a mesh of libtpu's compile-only devices.
 
-XLA's cost analysis counts a while loop's body once, so the FLOPs and bytes of a step that scans
-its layers (or accumulates micro-batches in a scan) are read from two unrolled variants of the
-model instead, with 1 and 2 layers and no accumulation, on the same batch: a step's cost is
-linear in its layers, so L layers cost c(1) + (L - 1) * (c(2) - c(1)).
+XLA's cost analysis counts a while loop's body once (a step that scans its layers, or
+accumulates micro-batches in a scan, reports about one layer's worth), so the FLOPs and bytes a
+step are read from the compiled HLO instead (`hlo.analyse`), every loop body counted once per
+iteration; XLA's own figure is kept beside them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 
+from bertjax.aot import hlo
 from bertjax.bench.flops import train_step_flops, xla_flops
 from bertjax.core.errors import UserError
 from bertjax.data.length_schedule import Phase
@@ -34,10 +35,9 @@ class Compiled:
     """One phase's compiled step and what the report needs beside it."""
     phase: Phase
     executable: Any
-    flops: float | None          # per device, loop bodies counted per iteration
-    bytes_accessed: float | None
-    xla_flops_once: float | None  # XLA's own figure for the real program (bodies once)
-    cost_method: str
+    program: hlo.Program         # per device, from the HLO: loop bodies once per iteration
+    xla_flops_once: float | None  # XLA's own count: elementwise work too, loop bodies once
+    xla_bytes_once: float | None
     model_flops: float           # bench/flops.py's analytic count, the whole step, all devices
 
 
@@ -75,7 +75,7 @@ class PretrainTarget:
 
     def compile_all(self) -> list[Compiled]:
         """Every phase's step, each refused (UserError, training's one line) if it does not fit
-        a chip; then the costs of each."""
+        a chip; then the work of each."""
         step, abstract = self._step(self.encoder, self.s.train.accumulation_steps)
         compiled = [(phase, self._compile(step, abstract, phase))
                     for phase in self.s.schedule.phases]
@@ -107,29 +107,8 @@ class PretrainTarget:
         if generator is not None:  # ELECTRA: the generator's matmuls too (an MLM over all)
             model_flops += train_step_flops(generator, s.train.batch_size, phase.seq_len,
                                             phase.max_predictions, nsp=False).total
-        once = xla_flops(executable)
-        if not encoder.scan_layers and s.train.accumulation_steps == 1:
-            flops, moved = once, _bytes_accessed(executable)
-            method = "the compiled step (no loops over layers or micro-batches)"
-        else:
-            flops, moved = self._linear_in_layers(phase)
-            method = ("unrolled 1- and 2-layer variants without accumulation, extrapolated to "
-                      f"{encoder.num_layers} layers (the compiled step's loops count once)")
-        return Compiled(phase, executable, flops, moved, once, method, model_flops)
-
-    def _linear_in_layers(self, phase: Phase) -> tuple[float | None, float | None]:
-        costs = []
-        for layers in (1, 2):
-            variant = dataclasses.replace(self.encoder, num_layers=layers, scan_layers=False)
-            try:
-                step, abstract = self._step(variant, 1)
-            except UserError:  # e.g. an ELECTRA generator deeper than the variant
-                return None, None
-            executable = step.lower(abstract, self.shapes(phase)).compile()
-            costs.append((xla_flops(executable), _bytes_accessed(executable)))
-        extra = self.encoder.num_layers - 1
-        return tuple(None if one is None or two is None else one + extra * (two - one)
-                     for one, two in zip(*costs))  # type: ignore[return-value]
+        return Compiled(phase, executable, hlo.analyse(executable.as_text()),
+                        xla_flops(executable), _bytes_accessed(executable), model_flops)
 
 
 def _bytes_accessed(executable) -> float | None:

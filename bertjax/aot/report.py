@@ -1,8 +1,9 @@
 """A compiled step's figures per chip, and the roofline bound they imply.
 
-The bound is the step time no program can beat on that chip: the longest of its FLOPs at the
-chip's peak, its HBM traffic at the HBM bandwidth, and its collective bytes at the chip's ICI
-bandwidth. Real steps are slower (no kernel runs at peak, the three overlap only in part), so its
+The bound is the step time no program can beat on that chip: the longest of its matmul FLOPs
+(counted in the compiled HLO, rematerialized forward passes included) at the chip's peak, its
+HBM traffic (estimated from the HLO) at the HBM bandwidth, and its collective bytes at the
+chip's ICI bandwidth. Real steps are slower (no kernel runs at peak, the three overlap only in part), so its
 tokens/s and MFU are ceilings, not predictions.
 """
 
@@ -19,7 +20,8 @@ GIB = 2.0 ** 30
 def phase_report(c: Compiled, slice_: Slice, chips: int, batch: int) -> dict:
     """One phase's figures, per chip unless named otherwise."""
     memory = memory_report(c.executable)
-    collectives = hlo.collectives(c.executable.as_text())
+    program = c.program
+    collectives = program.collectives
     return {
         "seq_len": c.phase.seq_len, "max_predictions": c.phase.max_predictions,
         "batch": batch, "tokens_per_step": batch * c.phase.seq_len,
@@ -30,25 +32,30 @@ def phase_report(c: Compiled, slice_: Slice, chips: int, batch: int) -> dict:
                          "temporaries": memory.get("temp", 0),
                          "total": memory.get("peak", 0)},
         "hbm_bytes": int(slice_.chip.hbm_gib * GIB),
-        "flops": c.flops, "flops_method": c.cost_method,
+        "flops": program.matmul_flops,
+        "flops_method": "matmul FLOPs from the HLO (dots and convolutions, loop bodies once per "
+                        "iteration, rematerialized forward passes included)",
         "xla_flops_loop_bodies_once": c.xla_flops_once,
         "model_flops_step_all_chips": c.model_flops,
-        "bytes_accessed": c.bytes_accessed,
+        "bytes_accessed": program.traffic_bytes,
+        "bytes_accessed_method": "estimate from the HLO: operands + results of every op outside "
+                                 "a fusion, loop bodies once per iteration",
+        "xla_bytes_accessed_loop_bodies_once": c.xla_bytes_once,
         "collectives": {kind: {"count": collectives.count[kind],
                                "bytes": collectives.bytes[kind]}
                         for kind in hlo.KINDS if collectives.count[kind]},
         "collective_bytes": collectives.total_bytes,
         "uncounted_loops": collectives.uncounted_loops,
-        "roofline": roofline(c, slice_, chips, batch, collectives.total_bytes),
+        "roofline": roofline(c, slice_, chips, batch),
     }
 
 
-def roofline(c: Compiled, slice_: Slice, chips: int, batch: int, collective_bytes: int) -> dict:
+def roofline(c: Compiled, slice_: Slice, chips: int, batch: int) -> dict:
     """The bound on the step time (an estimate from published peaks, not a measurement)."""
-    chip = slice_.chip
-    parts = {"compute_s": (c.flops or 0.0) / (chip.peak_bf16_tflops * 1e12),
-             "hbm_s": (c.bytes_accessed or 0.0) / (chip.hbm_gb_per_s * 1e9),
-             "ici_s": collective_bytes / (chip.ici_gb_per_s * 1e9)}
+    chip, program = slice_.chip, c.program
+    parts = {"compute_s": program.matmul_flops / (chip.peak_bf16_tflops * 1e12),
+             "hbm_s": program.traffic_bytes / (chip.hbm_gb_per_s * 1e9),
+             "ici_s": program.collectives.total_bytes / (chip.ici_gb_per_s * 1e9)}
     bound = max(parts.values())
     limited_by = max(parts, key=parts.get).removesuffix("_s")  # type: ignore[arg-type]
     tokens = batch * c.phase.seq_len
@@ -67,8 +74,8 @@ def describe(report: dict) -> str:
              f"{chip['ici_gb_per_s']:g} GB/s), mesh {report['mesh']}; {report['model']}"]
     for p in report["phases"]:
         m, r = p["memory_bytes"], p["roofline"]
-        flops = "n/a" if p["flops"] is None else f"{p['flops'] / 1e12:.4g} TFLOP"
-        moved = "n/a" if p["bytes_accessed"] is None else f"{p['bytes_accessed'] / GIB:.3g} GiB"
+        xla = p["xla_flops_loop_bodies_once"]
+        xla = "n/a" if xla is None else f"{xla / 1e12:.4g}"
         coll = ", ".join(f"{k} {v['count']} x = {v['bytes'] / 2**20:.1f} MiB"
                          for k, v in p["collectives"].items()) or "none"
         mfu = "n/a" if r["mfu_ceiling"] is None else f"{100 * r['mfu_ceiling']:.0f}%"
@@ -80,14 +87,16 @@ def describe(report: dict) -> str:
             f"{m['outputs'] / GIB:.2f} - donated {m['donated'] / GIB:.2f} + temporaries "
             f"{m['temporaries'] / GIB:.2f} = {m['total'] / GIB:.2f} GiB of "
             f"{p['hbm_bytes'] / GIB:g} GiB ({100 * m['total'] / p['hbm_bytes']:.0f}%)",
-            f"  FLOPs:       {flops} a step (XLA, loops counted per iteration); model "
-            f"{p['model_flops_step_all_chips'] / report['chips'] / 1e12:.4g} TFLOP",
-            f"  HBM traffic: {moved} a step (XLA bytes accessed)",
+            f"  FLOPs:       {p['flops'] / 1e12:.4g} TFLOP a step (matmuls, from the HLO, "
+            f"remat included); XLA's total {xla} (elementwise too, loop bodies once); "
+            f"model {p['model_flops_step_all_chips'] / report['chips'] / 1e12:.4g} "
+            "(bench/flops.py, analytic)",
+            f"  HBM traffic: {p['bytes_accessed'] / GIB:.3g} GiB a step (estimate from the HLO)",
             f"  collectives: {coll} a step",
             f"  roofline:    step >= {r['step_s_lower_bound'] * 1e3:.2f} ms (bound, "
             f"{r['limited_by']}-limited: compute {r['compute_s'] * 1e3:.2f}, HBM "
             f"{r['hbm_s'] * 1e3:.2f}, ICI {r['ici_s'] * 1e3:.2f} ms) -> at most "
             + ("n/a" if tokens is None else f"{tokens:,.0f}") + f" tokens/s, MFU <= {mfu}",
         ]
-    lines.append("estimates from XLA's cost model and published peaks, not measurements")
+    lines.append("estimates from the compiled HLO and published peaks, not measurements")
     return "\n".join(lines)

@@ -32,16 +32,22 @@ class Chip:
     cores_per_chip: int  # TensorCores counted by the slice name
 
 
-# Sources: Google Cloud TPU system architecture pages (cloud.google.com/tpu/docs/v4, /v5e,
-# /v5p, /v6e), "System architecture" tables, read 2026: peak bf16 compute, HBM capacity and
-# bandwidth per chip. ICI: the pages give bidirectional inter-chip bandwidth per chip (v4 2,400,
-# v5e 1,600, v5p 4,800, v6e 3,584 Gbps-scale figures quoted as GB/s in the v5p/v6e tables); half
-# of that, one direction, is what a ring collective moves data at, so that is the figure here.
+# Sources: Google Cloud's TPU system architecture pages, "key specifications" tables (read 2026):
+#   v4  https://cloud.google.com/tpu/docs/v4   275 TFLOP/s bf16; HBM2 32 GiB, 1200 GBps
+#   v5e https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s; 16 GB, 819 GBps; bidirectional ICI
+#                                              400 GBps a chip (4 ports)
+#   v5p https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s; 95 GB, 2765 GBps; bidirectional ICI
+#                                              1200 GBps a chip (older revisions: "4800 Gbps")
+#   v6e https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s; 32 GB, 1638 GBps; bidirectional ICI
+#                                              800 GBps a chip (4 ports)
+# ICI here is half the bidirectional figure: one direction, the rate a ring collective moves a
+# chip's data at. The v4 page gives no ICI figure: 6 ports (3D torus) at v5e's 50 GB/s a port
+# one way (400 GBps / 4 ports / 2) is 300 GB/s, an estimate.
 CHIPS: dict[str, Chip] = {
-    "v4": Chip("v4", 275.0, 32.0, 1200.0, 1200.0, 2),
-    "v5e": Chip("v5e", 197.0, 16.0, 819.0, 800.0, 1),
-    "v5p": Chip("v5p", 459.0, 95.0, 2765.0, 2400.0, 2),
-    "v6e": Chip("v6e", 918.0, 32.0, 1640.0, 1792.0, 1),
+    "v4": Chip("v4", 275.0, 32.0, 1200.0, 300.0, 2),
+    "v5e": Chip("v5e", 197.0, 16.0, 819.0, 200.0, 1),
+    "v5p": Chip("v5p", 459.0, 95.0, 2765.0, 600.0, 2),
+    "v6e": Chip("v6e", 918.0, 32.0, 1638.0, 400.0, 1),
 }
 
 # Chips in a slice -> libtpu's chip grid. v4 and v5p slices are 3D tori, v5e and v6e 2D.

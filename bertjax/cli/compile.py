@@ -7,7 +7,7 @@ step time. A config that does not fit a chip is refused with training's own one 
         [--num-slices=2] [--json OUT] [--config.KEY=VALUE ...]
 
 Slices are named as Google Cloud names them: v4-N and v5p-N count TensorCores (two a chip),
-v5e-N (or v5litepod-N) and v6e-N count chips. The figures are estimates from XLA's cost model
+v5e-N (or v5litepod-N) and v6e-N count chips. The figures are estimates from the compiled HLO
 and the chips' published peaks, not measurements.
 """
 
@@ -78,7 +78,7 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
                   f"scan_layers={encoder.scan_layers}, remat={encoder.remat}, "
                   f"accumulation {s.train.accumulation_steps}"),
         "phases": phases,
-        "note": "estimates from XLA's cost model and published chip peaks, not measurements",
+        "note": "estimates from the compiled HLO and published chip peaks, not measurements",
     }
 
 

@@ -92,19 +92,31 @@ def kind_of(path: str) -> str:
 
 def describe(path: str) -> Loaded:
     """What `path` holds, from its JSON records alone (no arrays are read)."""
-    path = fetched(path)
+    given, path = path, fetched(path)
     kind = kind_of(path)
     if kind in (PARAMS, ADAPTERS):
-        return _describe_params(path, kind)
+        return _named(_describe_params(path, kind), given)
     if kind == WORKDIR:
-        return _describe_workdir(_followed(path))
-    return _load_hugging_face(path, with_params=False)
+        return _named(_describe_workdir(_followed(path)), given)
+    return _named(_load_hugging_face(path, with_params=False), given)
+
+
+def _named(loaded: Loaded, given: str) -> Loaded:
+    """A model read from a bucket names the URL (what records and messages show), not this
+    host's copy of it."""
+    if storage.is_url(given):
+        loaded.path = storage.absolute(given)
+    return loaded
 
 
 def load(path: str, step: int | None = None, *, base: str | None = None) -> Loaded:
     """`describe(path)` with the parameters (a workdir's latest checkpoint, or `step`); an
     adapters export on `base` (default: the base it records)."""
-    path = fetched(path, step)
+    given, path = path, fetched(path, step)
+    return _named(_load(path, step, base), given)
+
+
+def _load(path: str, step: int | None, base: str | None) -> Loaded:
     kind = kind_of(path)
     if step is not None and kind != WORKDIR:
         raise UserError(f"a checkpoint step was given, but {path} is not a workdir with "

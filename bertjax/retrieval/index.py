@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from bertjax.core import atomic_files, output_dir, transfer
+from bertjax.core import atomic_files, output_dir, storage, transfer
 from bertjax.core.errors import UserError, check_choice
 from bertjax.model.pooling import POOLINGS
 from bertjax.retrieval import approximate, exact, integrity
@@ -144,7 +144,7 @@ def build(model_path: str, corpus_path: str, output: str, load_model: ModelLoade
         embed(model, [], pooling, standardizer)
     manifest = {"format": FORMAT, "version": VERSION, "model": model_record(model),
                 "pooling": pooling, "max_seq_len": model.max_seq_len,
-                "corpus": os.path.abspath(corpus_path), "documents": len(documents),
+                "corpus": storage.absolute(corpus_path), "documents": len(documents),
                 "dim": model.config.hidden_size,
                 "standardizer": standardizer.describe() if standardizer else None}
     output_dir.check_space(output, _bytes_needed(documents, manifest["dim"], with_approximate))
@@ -278,10 +278,12 @@ def query_model(index: Index, load_model: ModelLoader, model_path: str | None = 
     """The model to embed queries with, loaded by `load_model`: `model_path` or the one the index
     names, refused unless its fingerprint is the index's."""
     built_by = index.manifest["model"]
-    if model_path is None and not os.path.exists(built_by["path"]):
+    if model_path is None and not storage.exists(built_by["path"]):
         raise UserError(f"the model that built {index.path} ({built_by['path']}) is gone; pass "
                         "--model with the same model")
-    step = built_by.get("step") if model_path is None else None
+    # Only a workdir is read at a step; an export records its source's step for information.
+    at_step = model_path is None and built_by.get("kind") == "workdir"
+    step = built_by.get("step") if at_step else None
     model = load_model(model_path or built_by["path"], step)
     found = fingerprint(model.loaded.encoder, model.loaded.params)
     if found != built_by["fingerprint"]:
