@@ -15,6 +15,7 @@ from bertjax.aot import hlo, report, topology
 from bertjax.cli import compile as compile_cli
 from bertjax.core import atomic_files
 from bertjax.core.errors import UserError
+from bertjax.parallel.mesh import make_mesh
 from bertjax.settings import pretrain as pretrain_settings
 from configs import tiny
 
@@ -74,6 +75,15 @@ def test_libtpu_describes_one_device_a_chip():
     assert len(topology.devices(topology.parse("v4-8"))) == 4  # megacore: 2 cores, 1 device
     devices = topology.devices(topology.parse("v5e-8"), num_slices=2)
     assert len(devices) == 16 and {d.slice_index for d in devices} == {0, 1}
+    # Two slices: only the data axis crosses the data-center network between them.
+    mesh = make_mesh(-1, 2, 1, devices=devices)
+    assert dict(mesh.shape) == {"data": 8, "fsdp": 2, "tensor": 1}
+    by_data = mesh.devices.reshape(8, 2)
+    for row in by_data:  # each fsdp pair sits on one slice
+        assert len({d.slice_index for d in row}) == 1
+    assert {d.slice_index for d in by_data[:4].flat} != {d.slice_index for d in by_data[4:].flat}
+    with pytest.raises(UserError, match="multiple of the 2 slices"):
+        make_mesh(1, 16, 1, devices=devices)
 
 
 def test_unknown_slice_and_missing_libtpu_are_refused_by_name(monkeypatch):

@@ -9,6 +9,7 @@ import math
 from typing import Sequence
 
 import jax
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
 from bertjax.core.errors import UserError
@@ -45,4 +46,19 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> M
     """
     devices = list(jax.devices() if devices is None else devices)
     shape = resolve_axis_sizes((data, fsdp, tensor), len(devices))
+    slices = len({getattr(d, "slice_index", 0) for d in devices})
+    if slices > 1:
+        return _multislice_mesh(shape, devices, slices)
     return jax.make_mesh(shape, AXES, axis_types=(AxisType.Auto,) * len(AXES), devices=devices)
+
+
+def _multislice_mesh(shape: tuple[int, ...], devices: list, slices: int) -> Mesh:
+    """Several TPU slices joined over the data-center network: only the data axis crosses it
+    (one gradient all-reduce a step), fsdp and tensor stay on each slice's fast ICI links."""
+    data, fsdp, tensor = shape
+    if data % slices:
+        raise UserError(f"mesh data={data} must be a multiple of the {slices} slices: only the "
+                        "data axis spans slices")
+    grid = mesh_utils.create_hybrid_device_mesh((data // slices, fsdp, tensor), (slices, 1, 1),
+                                                devices=devices)
+    return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
