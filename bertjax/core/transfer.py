@@ -14,6 +14,7 @@ look for first (a manifest, run.json) last.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -25,6 +26,7 @@ import tempfile
 from typing import Callable, Iterable
 
 from bertjax.core import storage
+from bertjax.core.errors import UserError
 from bertjax.core.packaged import cache_dir
 
 STATE_FILE = ".bertjax-remote.json"  # what a local copy was copied from (sizes, generations)
@@ -47,7 +49,33 @@ def remote_files(url: str) -> dict[str, dict]:
 def _entry(info: dict) -> dict:
     version = info.get("generation") or info.get("etag") or info.get("ETag") or \
         info.get("mtime") or info.get("updated") or ""
-    return {"size": int(info.get("size") or 0), "version": str(version)}
+    entry = {"size": int(info.get("size") or 0), "version": str(version)}
+    if info.get("md5Hash"):  # GCS's digest of the object: each copy is checked against it
+        entry["md5"] = info["md5Hash"]
+    return entry
+
+
+def _get_checked(fs, source: str, local: str, entry: dict) -> None:
+    """Downloads one object, and again once when its bytes do not match the store's digest (or
+    size); a second mismatch is an error, never a silently damaged copy."""
+    for _ in range(2):
+        fs.get_file(source, local)
+        if _matches(local, entry):
+            return
+    raise UserError(f"the copy of {source} does not match the object's digest twice; the "
+                    "storage or the network corrupts it")
+
+
+def _matches(local: str, entry: dict) -> bool:
+    if os.path.getsize(local) != entry["size"]:
+        return False
+    if "md5" not in entry:
+        return True
+    digest = hashlib.md5()
+    with open(local, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return base64.b64encode(digest.digest()).decode() == entry["md5"]
 
 
 def local_copy(url: str, *, skip: Callable[[str], bool] = lambda relative: False) -> str:
@@ -88,7 +116,7 @@ def _fetch(url: str, files: dict[str, dict], target: str, home: str) -> None:
                 local = os.path.join(staging, "copy", relative) if relative else \
                     os.path.join(staging, "copy")
                 os.makedirs(os.path.dirname(local), exist_ok=True)
-                fs.get_file(source, local)
+                _get_checked(fs, source, local, files[relative])
         storage.remove(target)
         os.rename(os.path.join(staging, "copy"), target)
         with open(os.path.join(home, STATE_FILE), "w") as f:
