@@ -17,7 +17,7 @@ from typing import Any
 import jax
 
 from bertjax.aot import hlo
-from bertjax.bench.flops import train_step_flops, xla_flops
+from bertjax.bench.flops import train_step_flops, xla_cost, xla_flops
 from bertjax.core.errors import UserError
 from bertjax.data.length_schedule import Phase
 from bertjax.jobs import common, pretraining_model
@@ -108,14 +108,5 @@ class PretrainTarget:
             model_flops += train_step_flops(generator, s.train.batch_size, phase.seq_len,
                                             phase.max_predictions, nsp=False).total
         return Compiled(phase, executable, hlo.analyse(executable.as_text()),
-                        xla_flops(executable), _bytes_accessed(executable), model_flops)
-
-
-def _bytes_accessed(executable) -> float | None:
-    try:
-        analysis = executable.cost_analysis()
-    except Exception:  # some backends do not implement it
-        return None
-    if isinstance(analysis, (list, tuple)):  # older JAX: one dict per computation
-        analysis = analysis[0] if analysis else None
-    return float(analysis["bytes accessed"]) if analysis and "bytes accessed" in analysis else None
+                        xla_flops(executable), xla_cost(executable, "bytes accessed"),
+                        model_flops)

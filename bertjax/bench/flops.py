@@ -88,12 +88,18 @@ def train_step_flops(config: EncoderConfig, batch: int, seq_len: int, prediction
 
 def xla_flops(compiled) -> float | None:
     """XLA's FLOP count of a compiled step (see the module docstring for what it counts)."""
+    return xla_cost(compiled, "flops")
+
+
+def xla_cost(compiled, figure: str) -> float | None:
+    """One figure of XLA's cost analysis ("flops", "bytes accessed"); None where the backend
+    does not give it."""
     try:
         analysis = compiled.cost_analysis()
     except Exception:  # some backends do not implement it
         return None
     if isinstance(analysis, (list, tuple)):  # older JAX: one dict per computation
         analysis = analysis[0] if analysis else None
-    if not analysis or "flops" not in analysis:
+    if not analysis or figure not in analysis:
         return None
-    return float(analysis["flops"])
+    return float(analysis[figure])

@@ -19,6 +19,7 @@ from bertjax.data.preparation_engine import DEFAULT_DOCUMENTS_PER_SHARD, prepare
 from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, FORMATS
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS, build_tokenizer
+from bertjax.jobs import remote_inputs
 
 DEFAULT_VOCAB_SIZE = 30522
 
@@ -101,8 +102,7 @@ def main(argv: list[str] | None = None) -> None:
                        progress=not args.no_progress, max_line_chars=args.max_line_chars,
                        on_start=print_notes)
     if storage.is_url(target) and not storage.exists(storage.join(target, corpus.MANIFEST)):
-        transfer.upload_tree(args.output, target, last=(corpus.MANIFEST,),
-                             only=lambda name: not name.startswith("."))
+        remote_inputs.upload_corpus(args.output, target)
     print(summary(manifest, target))
 
 

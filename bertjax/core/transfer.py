@@ -55,7 +55,7 @@ def _entry(info: dict) -> dict:
     return entry
 
 
-def _get_checked(fs, source: str, local: str, entry: dict) -> None:
+def get_checked(fs, source: str, local: str, entry: dict) -> None:
     """Downloads one object, and again once when its bytes do not match the store's digest (or
     size); a second mismatch is an error, never a silently damaged copy."""
     for _ in range(2):
@@ -116,7 +116,7 @@ def _fetch(url: str, files: dict[str, dict], target: str, home: str) -> None:
                 local = os.path.join(staging, "copy", relative) if relative else \
                     os.path.join(staging, "copy")
                 os.makedirs(os.path.dirname(local), exist_ok=True)
-                _get_checked(fs, source, local, files[relative])
+                get_checked(fs, source, local, files[relative])
         storage.remove(target)
         os.rename(os.path.join(staging, "copy"), target)
         with open(os.path.join(home, STATE_FILE), "w") as f:

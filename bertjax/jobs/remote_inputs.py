@@ -46,6 +46,11 @@ def upload_prepared(local: LocalInputs) -> None:
     """A corpus prepared for a data.prepared URL, uploaded once complete."""
     if local.upload_prepared_to is None:
         return
-    directory = local.settings.data.prepared
-    transfer.upload_tree(directory, local.upload_prepared_to, last=(corpus.MANIFEST,),
+    upload_corpus(local.settings.data.prepared, local.upload_prepared_to)
+
+
+def upload_corpus(directory: str, url: str) -> None:
+    """A prepared corpus uploaded, its manifest (what marks it complete) last; the preparation's
+    own lock and staging files stay behind."""
+    transfer.upload_tree(directory, url, last=(corpus.MANIFEST,),
                          only=lambda name: not name.startswith("."))

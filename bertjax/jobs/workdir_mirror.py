@@ -51,7 +51,7 @@ class WorkdirMirror:
                 if state.get(name, {}).get("remote") == entry and os.path.exists(local):
                     continue
                 os.makedirs(os.path.dirname(local), exist_ok=True)
-                fs.get_file(f"{inner}/{name}", local)
+                transfer.get_checked(fs, f"{inner}/{name}", local, entry)
                 state[name] = {"remote": entry}
         state = {name: value for name, value in state.items() if name in remote}
         os.makedirs(self.path, exist_ok=True)

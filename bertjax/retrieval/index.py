@@ -212,8 +212,7 @@ def _sampled_recall(vectors: np.ndarray, graph) -> dict:
 
 def open_index(path: str) -> Index:
     """The index at `path`, its manifest, sizes, counts and the digests of its vectors and
-    documents verified (the graph's wait for `approximate_index`). An index on a bucket is read
-    from this host's cached copy."""
+    documents verified (the graph's wait for `approximate_index`); a URL, from a local copy."""
     path = transfer.local_copy(path)
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
@@ -282,8 +281,8 @@ def query_model(index: Index, load_model: ModelLoader, model_path: str | None = 
         raise UserError(f"the model that built {index.path} ({built_by['path']}) is gone; pass "
                         "--model with the same model")
     # Only a workdir is read at a step; an export records its source's step for information.
-    at_step = model_path is None and built_by.get("kind") == "workdir"
-    step = built_by.get("step") if at_step else None
+    step = built_by.get("step") if model_path is None and built_by.get("kind") == "workdir" \
+        else None
     model = load_model(model_path or built_by["path"], step)
     found = fingerprint(model.loaded.encoder, model.loaded.params)
     if found != built_by["fingerprint"]:

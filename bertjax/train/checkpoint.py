@@ -79,11 +79,9 @@ class Checkpointer:
             create=not read_only, read_only=read_only)
         # Handlers named up front, so a fresh process can read a checkpoint's metadata before
         # it has saved anything itself.
-        # On a bucket, arrays are written as plain zarr chunks (one object each): OCDBT, the local
-        # default, updates a manifest under generation preconditions that not every object
-        # store (nor gcp-storage-emulator) serves.
-        handlers = {"state": ocp.StandardCheckpointHandler(
-                        use_ocdbt=not storage.is_url(self.directory)),
+        # On a bucket, plain zarr chunks: OCDBT's manifest needs preconditions not every store has.
+        ocdbt = not storage.is_url(self.directory)
+        handlers = {"state": ocp.StandardCheckpointHandler(use_ocdbt=ocdbt),
                     "data": ocp.JsonCheckpointHandler()}
         self._saving_step: int | None = None  # the step whose write may still be in flight
         self._failure: CheckpointWriteError | None = None
