@@ -31,7 +31,19 @@ def model(preset: str) -> ml_collections.ConfigDict:
     section.scan_layers = True
     section.remat = "none"                  # none | full | save_dots
     section.max_position_embeddings = 512
-    section.type_vocab_size = 2
+    section.type_vocab_size = 2             # 0: no segment embeddings (ModernBERT, RoBERTa-like)
+    section.layer_norm_eps = 1e-12
+    # The architecture: BERT's below; configs/modernbert.py sets ModernBERT's (rope, pre, geglu,
+    # no biases, sliding windows). With preset from_checkpoint the checkpoint's are used.
+    section.position_embedding = "learned"  # learned | rope
+    section.rope_theta = 10_000.0           # rope: the global layers' base
+    section.rope_local_theta = 10_000.0     # rope: the sliding-window layers' base
+    section.norm = "post"                   # post (BERT) | pre (norm before each sublayer)
+    section.mlp = "gelu"                    # gelu | geglu (intermediate_size: both halves)
+    section.use_bias = True                 # biases in the dense layers
+    section.norm_bias = True                # biases in the LayerNorms
+    section.global_attention_every = 1      # every n-th layer global, from layer 0
+    section.sliding_window = 0              # the other layers' window width (0: all global)
     return section
 
 

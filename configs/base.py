@@ -44,7 +44,7 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.prepared = ""
     # An existing vocabulary (vocab.txt, spm .model, or a tokenizer directory); empty trains one.
     config.data.tokenizer = ""
-    config.data.tokenizer_type = "wordpiece"  # wordpiece | sentencepiece (when training one)
+    config.data.tokenizer_type = "wordpiece"  # wordpiece | sentencepiece | bpe (when training one)
     config.data.vocab_size = 30522
     config.data.lowercase = True
     config.data.short_seq_prob = 0.1

@@ -10,7 +10,8 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 from bertjax.core.errors import UserError
 from bertjax.interop import hf_layout
 from bertjax.model.config import EncoderConfig, preset
-from bertjax.model.encoder import Encoder, attention, explicit_attention
+from bertjax.model.attention import attention, explicit_attention
+from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 
 B, L, P, V = 2, 11, 3, 37  # distinct sizes, so a [B, L, V] value is recognisable in a jaxpr

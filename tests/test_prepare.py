@@ -277,7 +277,7 @@ def test_build_tokenizer(wiki_slice, tmp_path):
         with pytest.raises(UserError, match="the corpus is empty"):
             build_tokenizer([str(empty)], "sentences", kind, vocab_size=100)
     with pytest.raises(UserError, match="unknown tokenizer kind"):
-        build_tokenizer([path], "sentences", "bpe")
+        build_tokenizer([path], "sentences", "unigram")
 
 
 def run_cli(*args):

@@ -1,14 +1,13 @@
-"""WordPiece and SentencePiece vocabularies behind one small interface.
+"""WordPiece and SentencePiece vocabularies behind one small interface, and the loader for every
+kind (Hugging Face tokenizer.json files are json_tokenizer.py's).
 
-Both kinds use the same five special tokens. Sequences are built by the data pipeline, so encoding
+All kinds use the same five special tokens. Sequences are built by the data pipeline, so encoding
 never adds [CLS]/[SEP] itself. A saved tokenizer is a directory with `tokenizer_config.json` plus
-`vocab.txt` (WordPiece, BERT's own format) or `spm.model` (SentencePiece).
+`vocab.txt` (WordPiece, BERT's own format), `spm.model` (SentencePiece) or `tokenizer.json`.
 """
 
 from __future__ import annotations
 
-import abc
-import dataclasses
 import json
 import os
 from typing import Iterable, Sequence
@@ -20,78 +19,14 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers
 
 from bertjax.core import transfer
 from bertjax.core.errors import UserError
+from bertjax.data.json_tokenizer import JSON_FILE, BpeTokenizer, JsonTokenizer
+# The shared names are imported from here throughout bertjax; they live in tokenizer_base.
+from bertjax.data.tokenizer_base import (CLS, CONFIG_FILE, MASK, PAD, SEP, SPECIAL_TOKENS, UNK,
+                                         SpecialIds, Tokenizer)
 
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
-CONFIG_FILE = "tokenizer_config.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class SpecialIds:
-    pad: int
-    unk: int
-    cls: int
-    sep: int
-    mask: int
-
-    def as_array(self) -> np.ndarray:
-        return np.array([self.pad, self.unk, self.cls, self.sep, self.mask], np.int32)
-
-
-class Tokenizer(abc.ABC):
-    """Text <-> ids. Subclasses are picklable so preparation workers can carry them."""
-
-    kind: str
-    lowercase: bool
-    special: SpecialIds
-    # The size a trained vocabulary was asked for (it may come out smaller on a small corpus);
-    # saved with it, so that a later request can be compared with the request, not the outcome.
-    requested_vocab_size: int | None = None
-
-    @property
-    @abc.abstractmethod
-    def vocab_size(self) -> int: ...
-
-    @abc.abstractmethod
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        """One int32 array of ids per text, without special tokens."""
-
-    @abc.abstractmethod
-    def id_to_token(self, token_id: int) -> str: ...
-
-    @abc.abstractmethod
-    def token_to_id(self, token: str) -> int | None: ...
-
-    @abc.abstractmethod
-    def word_start_mask(self) -> np.ndarray:
-        """bool[vocab_size]: True where a token begins a word (whole-word and span masking)."""
-
-    @abc.abstractmethod
-    def decode(self, ids: Iterable[int]) -> str:
-        """Readable text; special tokens are kept so masked examples can be inspected."""
-
-    @abc.abstractmethod
-    def save(self, directory: str) -> None: ...
-
-    def encode(self, text: str) -> np.ndarray:
-        return self.encode_batch([text])[0]
-
-    def tokens(self, ids: Iterable[int]) -> list[str]:
-        return [self.id_to_token(int(i)) for i in ids]
-
-    def special_mask(self) -> np.ndarray:
-        """bool[vocab_size]: True for the five special tokens."""
-        mask = np.zeros(self.vocab_size, bool)
-        mask[self.special.as_array()] = True
-        return mask
-
-    def _write_config(self, directory: str, **extra) -> None:
-        os.makedirs(directory, exist_ok=True)
-        config = {"type": self.kind, "lowercase": self.lowercase, **extra}
-        if self.requested_vocab_size is not None:
-            config["requested_vocab_size"] = self.requested_vocab_size
-        with open(os.path.join(directory, CONFIG_FILE), "w") as f:
-            json.dump(config, f, indent=2)
+__all__ = ["CLS", "CONFIG_FILE", "MASK", "PAD", "SEP", "SPECIAL_TOKENS", "UNK", "BpeTokenizer",
+           "JsonTokenizer", "SentencePieceTokenizer", "SpecialIds", "Tokenizer",
+           "WordPieceTokenizer", "load_tokenizer"]
 
 
 class WordPieceTokenizer(Tokenizer):
@@ -234,31 +169,46 @@ class SentencePieceTokenizer(Tokenizer):
 
 
 def load_tokenizer(path: str, lowercase: bool | None = None) -> Tokenizer:
-    """Loads a saved tokenizer directory, a BERT `vocab.txt`, or a SentencePiece `.model` file.
+    """Loads a saved tokenizer directory, a BERT `vocab.txt`, a SentencePiece `.model` file, or a
+    Hugging Face `tokenizer.json` (or a directory holding one, as `save_pretrained` writes it).
 
-    `lowercase` overrides what a directory's config says (a bare vocab.txt defaults to uncased).
-    A URL (gs://...) is read from this host's cached copy of it.
+    `lowercase` overrides what a directory's config says (a bare vocab.txt defaults to uncased);
+    a tokenizer.json ignores it, since its own normalizer decides (and `data.lowercase` is on by
+    default). A URL (gs://...) is read from this host's cached copy of it.
     """
     path = transfer.local_copy(path)
     if os.path.isdir(path):
-        config_path = os.path.join(path, CONFIG_FILE)
-        config: dict = {}
-        if os.path.exists(config_path):
-            with open(config_path) as f:
-                config = json.load(f)
-        case = config.get("lowercase", True) if lowercase is None else lowercase
-        if config.get("type") == "sentencepiece" or os.path.exists(os.path.join(path, "spm.model")):
-            tokenizer = SentencePieceTokenizer.from_model_file(os.path.join(path, "spm.model"), case)
-        else:
-            vocab_file = os.path.join(path, config.get("vocab_file", "vocab.txt"))
-            if not os.path.exists(vocab_file):
-                raise UserError(f"{path} holds no tokenizer (no vocab.txt or spm.model)")
-            tokenizer = WordPieceTokenizer.from_vocab_file(vocab_file, case)
-        tokenizer.requested_vocab_size = config.get("requested_vocab_size")
-        return tokenizer
+        return _load_directory(path, lowercase)
     if not os.path.exists(path):
         raise UserError(f"tokenizer not found: {path}")
     case = True if lowercase is None else lowercase
     if path.endswith(".model"):
         return SentencePieceTokenizer.from_model_file(path, case)
+    if path.endswith(".json"):
+        return JsonTokenizer.from_file(path)
     return WordPieceTokenizer.from_vocab_file(path, case)
+
+
+def _load_directory(path: str, lowercase: bool | None) -> Tokenizer:
+    config_path = os.path.join(path, CONFIG_FILE)
+    config: dict = {}
+    if os.path.exists(config_path):
+        with open(config_path) as f:
+            config = json.load(f)
+    kind = config.get("type")  # absent from transformers' own tokenizer_config.json
+    case = config.get("lowercase", True) if lowercase is None else lowercase
+    vocab_file = os.path.join(path, config.get("vocab_file", "vocab.txt"))
+    if kind in ("json", "bpe"):
+        json_class = BpeTokenizer if kind == "bpe" else JsonTokenizer
+        tokenizer: Tokenizer = json_class.from_file(
+            os.path.join(path, config.get("tokenizer_file", JSON_FILE)))
+    elif kind == "sentencepiece" or os.path.exists(os.path.join(path, "spm.model")):
+        tokenizer = SentencePieceTokenizer.from_model_file(os.path.join(path, "spm.model"), case)
+    elif os.path.exists(vocab_file):
+        tokenizer = WordPieceTokenizer.from_vocab_file(vocab_file, case)
+    elif kind is None and os.path.exists(os.path.join(path, JSON_FILE)):
+        tokenizer = JsonTokenizer.from_file(os.path.join(path, JSON_FILE))
+    else:
+        raise UserError(f"{path} holds no tokenizer (no vocab.txt, spm.model or {JSON_FILE})")
+    tokenizer.requested_vocab_size = config.get("requested_vocab_size")
+    return tokenizer

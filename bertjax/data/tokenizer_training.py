@@ -1,4 +1,5 @@
-"""Learning a vocabulary: WordPiece or SentencePiece, from texts or from a corpus' sources."""
+"""Learning a vocabulary: WordPiece, SentencePiece or byte-level BPE, from texts or from a corpus'
+sources."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, normalizers, pre_tokenizers, trainers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, trainers
 
 from bertjax.data.inputs import resolve_inputs
+from bertjax.data.json_tokenizer import BpeTokenizer
 from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, iter_documents
 from bertjax.data.tokenizer import (CLS, MASK, PAD, SEP, SPECIAL_TOKENS, UNK,
                                     SentencePieceTokenizer, Tokenizer, WordPieceTokenizer)
 from bertjax.core.errors import UserError
 
-TOKENIZER_KINDS = ("wordpiece", "sentencepiece")
+TOKENIZER_KINDS = ("wordpiece", "sentencepiece", "bpe")
 
 
 def _check_vocab_size(vocab_size: int) -> None:
@@ -69,6 +71,38 @@ def train_sentencepiece(texts: Iterable[str], vocab_size: int = 30522, lowercase
     return tokenizer
 
 
+def train_bpe(texts: Iterable[str], vocab_size: int = 30522, lowercase: bool = True,
+              min_frequency: int = 2) -> BpeTokenizer:
+    """Learns a byte-level BPE (GPT-2/RoBERTa/ModernBERT style); the special tokens take ids 0-4.
+
+    Every byte is in the vocabulary, so [UNK] never appears. Lowercasing is a Lowercase
+    normalizer in the tokenizer.json (accents are kept, unlike BERT's uncased WordPiece).
+    """
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    floor = len(alphabet) + len(SPECIAL_TOKENS)
+    if vocab_size <= floor:
+        raise UserError(f"vocab_size {vocab_size} must exceed the {floor} tokens a byte-level BPE "
+                        f"starts with ({len(alphabet)} bytes and {len(SPECIAL_TOKENS)} special)")
+    tok = HFTokenizer(models.BPE(unk_token=UNK))
+    if lowercase:
+        tok.normalizer = normalizers.Lowercase()
+    # The pipeline encodes each sentence on its own: with a prefix space a sentence's first word
+    # gets the same tokens (and word start) as it would mid-text.
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, initial_alphabet=alphabet,
+        special_tokens=list(SPECIAL_TOKENS), show_progress=False)
+    texts = iter(texts)
+    first = next((text for text in texts if text.strip()), None)
+    if first is None:
+        raise UserError("the corpus is empty: no vocabulary could be learned from it")
+    tok.train_from_iterator(itertools.chain([first], texts), trainer=trainer)
+    tokenizer = BpeTokenizer(tok.to_str())
+    tokenizer.requested_vocab_size = vocab_size
+    return tokenizer
+
+
 def build_tokenizer(inputs: Sequence[str], input_format: str, kind: str = "wordpiece",
                     vocab_size: int = 30522, lowercase: bool = True,
                     max_sentences: int = 10_000_000,
@@ -86,5 +120,7 @@ def build_tokenizer(inputs: Sequence[str], input_format: str, kind: str = "wordp
     sample = itertools.islice(itertools.chain([first], sentences), max_sentences)
     if kind == "wordpiece":
         return train_wordpiece(sample, vocab_size=vocab_size, lowercase=lowercase)
+    if kind == "bpe":
+        return train_bpe(sample, vocab_size=vocab_size, lowercase=lowercase)
     return train_sentencepiece(sample, vocab_size=vocab_size, lowercase=lowercase,
                                max_sentences=max_sentences)

@@ -23,7 +23,8 @@ from bertjax.finetune.features import assemble, truncate_pair
 from bertjax.inference import loading
 from bertjax.inference.arguments import MASK
 from bertjax.model.config import EncoderConfig
-from bertjax.model.encoder import Encoder, gather_positions
+from bertjax.model.encoder import Encoder
+from bertjax.model.primitives import gather_positions
 from bertjax.model.heads import MaskedLmHead
 from bertjax.parallel import partitioning
 from bertjax.parallel.mesh import make_mesh

@@ -10,7 +10,6 @@ Written into a temporary directory and renamed into place, so a half-written exp
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Any
@@ -53,7 +52,7 @@ def save(directory: str, params: Any, model: EncoderConfig, *, heads: dict, toke
         ocp.PyTreeCheckpointer().save(os.path.join(staging, PARAMS_DIR), host)
         if tokenizer is not None:
             tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
-        record = {"format": FORMAT, "model": dataclasses.asdict(model), "heads": heads,
+        record = {"format": FORMAT, "model": model.record(), "heads": heads,
                   **(info or {})}
         with open(os.path.join(staging, INFO_FILE), "w") as f:
             json.dump(record, f, indent=2)

@@ -87,7 +87,7 @@ def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int
     """(compared, info) of run.json."""
     compared = {"task": s.task, "method": s.method.name, "model": layout_of(start.encoder),
                 "heads": data.task.heads_info()}
-    info = {"encoder": dataclasses.asdict(start.encoder), "tokenizer_dir": tokenizer_dir,
+    info = {"encoder": start.encoder.record(), "tokenizer_dir": tokenizer_dir,
             "init_checkpoint": storage.absolute(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
             "task_settings": data.task.recorded_settings(),

@@ -93,7 +93,7 @@ def _record(s: PretrainSettings, workdir: str, encoder) -> tuple[dict, dict]:
     """(compared, info) of run.json."""
     compared = {"task": "pretrain", "model": layout_of(encoder), "objective": s.objective.name,
                 **pretraining_model.compared_layout(s, encoder)}
-    info = {"encoder": dataclasses.asdict(encoder), "task": "pretrain",
+    info = {"encoder": encoder.record(), "task": "pretrain",
             "heads": pretraining_model.heads_record(s, encoder),
             "tokenizer_dir": storage.join(s.data.prepared_dir(workdir), "tokenizer")}
     return compared, info

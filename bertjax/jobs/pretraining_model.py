@@ -3,7 +3,6 @@ encoder, or ELECTRA's generator and discriminator; and what of it run.json recor
 
 from __future__ import annotations
 
-import dataclasses
 
 import flax.linen as nn
 
@@ -44,6 +43,6 @@ def heads_record(s: PretrainSettings, encoder: EncoderConfig) -> dict:
              "max_span_length": s.masking.max_span_length, "pooler_trained": s.objective.nsp}
     generator = generator_of(s, encoder)
     if generator is not None:
-        heads["electra"] = {"generator": dataclasses.asdict(generator),
+        heads["electra"] = {"generator": generator.record(),
                             "discriminator_weight": s.objective.electra.discriminator_weight}
     return heads

@@ -6,12 +6,21 @@ The presets below `base` follow Google's BERT miniatures (Turc et al., 2019).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from bertjax.core.errors import UserError, check_choice
 
 REMAT_POLICIES = ("none", "full", "save_dots")
 DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLEMENTATIONS = ("", "xla", "cudnn")
+POSITION_EMBEDDINGS = ("learned", "rope")
+NORM_PLACEMENTS = ("post", "pre")
+MLP_KINDS = ("gelu", "geglu")
+# The architecture options of modern encoders (ModernBERT, Warner et al. 2024). A record written
+# before they existed lacks them, and one that keeps BERT's values leaves them out (`record()`).
+ARCHITECTURE_DEFAULTS = dict(position_embedding="learned", rope_theta=10_000.0,
+                             rope_local_theta=10_000.0, norm="post", mlp="gelu", use_bias=True,
+                             norm_bias=True, global_attention_every=1, sliding_window=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +37,20 @@ class EncoderConfig:
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
     pad_token_id: int = 0
+    # BERT is every default below. ModernBERT: rotary positions (theta per attention kind, the
+    # global layers' first), pre-norm with a norm after the embeddings and after the last layer,
+    # GeGLU (`intermediate_size` is then the up projection's width, value and gate halves), no
+    # biases in the dense layers or norms, and every `global_attention_every`-th layer global
+    # (layer 0 first) while the others see only keys within `sliding_window` // 2 positions.
+    position_embedding: str = "learned"
+    rope_theta: float = 10_000.0
+    rope_local_theta: float = 10_000.0
+    norm: str = "post"
+    mlp: str = "gelu"
+    use_bias: bool = True
+    norm_bias: bool = True
+    global_attention_every: int = 1
+    sliding_window: int = 0
     # Compute and parameter dtypes are separate: bf16 matmuls with fp32 master weights. Softmax,
     # LayerNorm and the losses always run in fp32.
     dtype: str = "float32"
@@ -57,10 +80,16 @@ class EncoderConfig:
 
     def __post_init__(self):
         positive = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                    "max_position_embeddings", "type_vocab_size")
+                    "max_position_embeddings")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise UserError(f"model.{name} must be positive, got {getattr(self, name)}")
+        if self.type_vocab_size < 0:
+            raise UserError(f"model.type_vocab_size must be >= 0 (0: no segment embeddings), got "
+                            f"{self.type_vocab_size}")
+        if self.layer_norm_eps <= 0:
+            raise UserError(f"model.layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        self._check_architecture()
         if self.hidden_size % self.num_heads:
             raise UserError(f"model.hidden_size {self.hidden_size} is not divisible by "
                             f"model.num_heads {self.num_heads}")
@@ -85,6 +114,54 @@ class EncoderConfig:
                             f"{self.lora_alpha}, dropout {self.lora_dropout}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise UserError(f"model.pad_token_id {self.pad_token_id} is outside the vocabulary")
+
+    def _check_architecture(self) -> None:
+        check_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        check_choice("model.norm", self.norm, NORM_PLACEMENTS)
+        check_choice("model.mlp", self.mlp, MLP_KINDS)
+        if self.mlp == "geglu" and self.intermediate_size % 2:
+            raise UserError(f"model.mlp=geglu splits model.intermediate_size into value and gate "
+                            f"halves: {self.intermediate_size} is odd")
+        if self.position_embedding == "rope":
+            if self.head_dim % 2:
+                raise UserError(f"rotary positions rotate pairs of dimensions: the head size "
+                                f"{self.head_dim} is odd")
+            self._check_theta("model.rope_theta", self.rope_theta, self.max_position_embeddings)
+            if self.sliding_window:
+                self._check_theta("model.rope_local_theta", self.rope_local_theta,
+                                  self.sliding_window)
+        if self.global_attention_every < 1:
+            raise UserError(f"model.global_attention_every must be >= 1, got "
+                            f"{self.global_attention_every}")
+        if self.sliding_window < 0 or self.sliding_window % 2:
+            raise UserError(f"model.sliding_window is a width, even and >= 0 (0: every layer "
+                            f"global), got {self.sliding_window}")
+        if self.sliding_window >= self.max_position_embeddings:
+            raise UserError(f"model.sliding_window {self.sliding_window} is not narrower than "
+                            f"the longest sequence (model.max_position_embeddings "
+                            f"{self.max_position_embeddings}): make every layer global instead")
+
+    @staticmethod
+    def _check_theta(name: str, theta: float, length: int) -> None:
+        # The slowest rotation's wavelength is 2 pi theta: beyond it positions alias.
+        if not theta > 0 or length > 2 * math.pi * theta:
+            raise UserError(f"{name}={theta} gives rotary positions a longest wavelength of "
+                            f"{2 * math.pi * theta:.0f} tokens, shorter than the {length} they "
+                            f"must tell apart: raise it")
+
+    @property
+    def has_local_layers(self) -> bool:
+        return self.sliding_window > 0 and self.global_attention_every > 1
+
+    def is_global_layer(self, index: int) -> bool:
+        return not self.has_local_layers or index % self.global_attention_every == 0
+
+    def record(self) -> dict:
+        """The fields as a record: the architecture options only where they differ from BERT's,
+        so what BERT-style runs recorded before those options existed stays byte-identical."""
+        fields = dataclasses.asdict(self)
+        return {k: v for k, v in fields.items()
+                if k not in ARCHITECTURE_DEFAULTS or v != ARCHITECTURE_DEFAULTS[k]}
 
     @property
     def operand_dtype(self) -> str:
@@ -114,6 +191,13 @@ PRESETS: dict[str, dict] = {
     "medium": dict(num_layers=8, hidden_size=512, num_heads=8, intermediate_size=2048),
     "base": dict(num_layers=12, hidden_size=768, num_heads=12, intermediate_size=3072),
     "large": dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096),
+    # ModernBERT's sizes (Warner et al., 2024); its architecture is configs/modernbert.py's.
+    # The intermediate sizes are GeGLU's up projections, value and gate halves: 2 x 1,152 and
+    # 2 x 2,624.
+    "modernbert_base": dict(num_layers=22, hidden_size=768, num_heads=12,
+                            intermediate_size=2304),
+    "modernbert_large": dict(num_layers=28, hidden_size=1024, num_heads=16,
+                             intermediate_size=5248),
 }
 
 

@@ -23,7 +23,10 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.model.config import EncoderConfig
-from bertjax.model.encoder import HIDDEN_AXES, Encoder, dense, gather_positions, gelu, layer_class
+from bertjax.model.attention import context
+from bertjax.model.embeddings import HIDDEN_AXES
+from bertjax.model.encoder import Encoder, make_layers, run_layers
+from bertjax.model.primitives import dense, gather_positions, gelu, layer_norm
 from bertjax.model.heads import MaskedLmHead
 
 Array = jax.Array
@@ -46,13 +49,10 @@ class GeneratorEncoder(nn.Module):
         if self.embedding_size != cfg.hidden_size:
             x = dense(cfg, cfg.hidden_size, ("embed", None), "embeddings_project")(x)
             x = nn.with_logical_constraint(x, HIDDEN_AXES)
-        mask = input_mask.astype(bool)[:, None, None, :]
-        cls = layer_class(cfg)
-        if cfg.scan_layers:
-            x, _ = cls(cfg, name="layers")(x, mask, deterministic)
-        else:
-            for i in range(cfg.num_layers):
-                x, _ = cls(cfg, name=f"layer_{i}")(x, mask, deterministic)
+        layers = make_layers(cfg, named=True)
+        x, _ = run_layers(cfg, layers, x, context(cfg, input_mask), deterministic)
+        if cfg.norm == "pre":
+            x = layer_norm(cfg, "final_norm")(x).astype(cfg.dtype)
         return x
 
 

@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.model.config import EncoderConfig
-from bertjax.model.encoder import (Encoder, dense, gather_positions, gelu, kernel_init,
-                                   layer_norm, zeros_init)
+from bertjax.model.encoder import Encoder
+from bertjax.model.primitives import (dense, gather_positions, gelu, kernel_init, layer_norm,
+                                      zeros_init)
 
 Array = jax.Array
 Projection = Callable[[Array], Array]
@@ -24,14 +25,16 @@ LOGITS_AXES = ("batch", None, "vocab")
 
 
 class MaskedLmHead(nn.Module):
-    """Hugging Face `cls.predictions`: dense + GELU + LayerNorm, tied projection plus a bias."""
+    """Hugging Face `cls.predictions` (ModernBert's `head` + `decoder`): dense + GELU +
+    LayerNorm, tied projection plus a bias."""
 
     config: EncoderConfig
 
     @nn.compact
     def __call__(self, hidden: Array, project: Projection) -> Array:
         cfg = self.config
-        x = gelu(dense(cfg, cfg.hidden_size, ("embed", None), "transform")(hidden))
+        x = gelu(dense(cfg, cfg.hidden_size, ("embed", None), "transform",
+                       use_bias=cfg.use_bias)(hidden))
         x = layer_norm(cfg, "norm")(x)
         bias = self.param("bias", zeros_init(("vocab",)), (cfg.vocab_size,), cfg.param_dtype)
         logits = project(x) + bias.astype(jnp.float32)
@@ -74,8 +77,8 @@ class BertForPretraining(nn.Module):
     """The encoder plus the pretraining heads (Hugging Face `BertForPreTraining`, plus SBO).
 
     Parameters: `encoder`, `mlm`, `nsp` (if nsp), `sbo` (if sbo). Reads, of the pretraining
-    batch declared in `bertjax.data.schema`, its `INPUTS`, `masked_positions` and, with sbo,
-    its `SPAN_FIELDS`; returns fp32 `mlm_logits` [B, P, V], `nsp_logits` [B, 2], `sbo_logits`
+    batch declared in `bertjax.data.schema`, its `INPUTS`, `masked_positions`, with sbo its
+    `SPAN_FIELDS` and, when documents are packed, their `positions` and `pack_ids`; returns fp32 `mlm_logits` [B, P, V], `nsp_logits` [B, 2], `sbo_logits`
     [B, P, V] (P = max_predictions).
     """
 
@@ -91,7 +94,8 @@ class BertForPretraining(nn.Module):
             raise ValueError(f"max_span_length must be positive, got {self.max_span_length}")
         encoder = Encoder(cfg, name="encoder")
         encoded = encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                          deterministic=deterministic)
+                          deterministic=deterministic, positions=batch.get("positions"),
+                          pack_ids=batch.get("pack_ids"))
         hidden = gather_positions(encoded.sequence, batch["masked_positions"])
         outputs = {"mlm_logits": MaskedLmHead(cfg, name="mlm")(hidden, encoder.attend)}
         if self.nsp:

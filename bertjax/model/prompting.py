@@ -27,7 +27,8 @@ import jax
 import numpy as np
 
 from bertjax.model.config import EncoderConfig
-from bertjax.model.encoder import Encoder, EncoderOutput, gather_positions, kernel_init
+from bertjax.model.encoder import Encoder, EncoderOutput
+from bertjax.model.primitives import gather_positions, kernel_init
 from bertjax.model.heads import MaskedLmHead
 
 Array = jax.Array

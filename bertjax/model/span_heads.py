@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from bertjax.core.errors import check_choice
 from bertjax.model.config import EncoderConfig
-from bertjax.model.encoder import kernel_init, zeros_init
+from bertjax.model.primitives import kernel_init, zeros_init
 from bertjax.model.task_heads import MASKED_LOGIT, _encode, _head
 
 Array = jax.Array

@@ -26,7 +26,8 @@ import jax.numpy as jnp
 
 from bertjax.model import crf, prompting
 from bertjax.model.config import EncoderConfig
-from bertjax.model.encoder import Encoder, EncoderOutput, dense, zeros_init
+from bertjax.model.encoder import Encoder, EncoderOutput
+from bertjax.model.primitives import dense, zeros_init
 
 Array = jax.Array
 # Logits outside the context: finite (no NaN from a row without any context token), and far below

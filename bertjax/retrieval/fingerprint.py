@@ -9,7 +9,6 @@ changes them, while hashing them costs microseconds even for a large model.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 
@@ -28,7 +27,7 @@ def _leaves(tree, prefix=()):
 
 def fingerprint(encoder, params: dict) -> str:
     """A hex digest of `encoder` (an EncoderConfig) and the parameter tree `params`."""
-    digest = hashlib.sha256(json.dumps(dataclasses.asdict(encoder), sort_keys=True).encode())
+    digest = hashlib.sha256(json.dumps(encoder.record(), sort_keys=True).encode())
     for name, array in _leaves(params):
         flat = array.reshape(-1)
         step = max(1, flat.size // SAMPLED_VALUES)

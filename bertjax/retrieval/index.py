@@ -119,7 +119,7 @@ def damaged(path: str, what: str) -> UserError:
 def model_record(model) -> dict:
     loaded = model.loaded
     return {"path": loaded.path, "kind": loaded.kind, "step": loaded.step,
-            "encoder": dataclasses.asdict(loaded.encoder),
+            "encoder": loaded.encoder.record(),
             "fingerprint": fingerprint(loaded.encoder, loaded.params)}
 
 

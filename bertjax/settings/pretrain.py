@@ -9,6 +9,7 @@ import os
 from bertjax.data.inputs import DEMO_INPUT
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
+from bertjax.data.tokenizer_training import TOKENIZER_KINDS
 from bertjax.core.errors import UserError
 from bertjax.settings import electra
 from bertjax.settings.config_keys import Section, fields_of, strict
@@ -116,6 +117,9 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     if model.from_checkpoint and not init:
         raise UserError("model.preset=from_checkpoint takes the model shape from "
                         "config.init_checkpoint, which is not set")
+    if config.data.tokenizer_type not in TOKENIZER_KINDS:
+        raise UserError(f"unknown data.tokenizer_type {config.data.tokenizer_type!r}; choose one "
+                        f"of {', '.join(TOKENIZER_KINDS)}")
     optimizer = OptimizerConfig(total_steps=train.steps, **fields_of(
         OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",)))
     return PretrainSettings(

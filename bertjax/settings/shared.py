@@ -7,7 +7,7 @@ import dataclasses
 import jax
 
 from bertjax.core.errors import UserError
-from bertjax.model.config import EncoderConfig, preset
+from bertjax.model.config import ARCHITECTURE_DEFAULTS, EncoderConfig, preset
 from bertjax.parallel.mesh import make_mesh
 from bertjax.settings.config_keys import Section, fields_of
 
@@ -18,6 +18,9 @@ SIZE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
 LAYOUT_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                  "max_position_embeddings", "type_vocab_size", "param_dtype", "scan_layers")
 ADAPTATION_LAYOUT_FIELDS = ("adapter_size", "lora_rank")
+# Of the architecture options, those that add, drop or reshape parameters; recorded only when
+# they differ from BERT's, so BERT-style workdirs compare as before.
+ARCHITECTURE_LAYOUT_FIELDS = ("position_embedding", "norm", "mlp", "use_bias", "norm_bias")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +39,8 @@ class ModelSpec:
     type_vocab_size: int
     attention_implementation: str  # "": the backend's choice
     matmul_dtype: str  # "": model.dtype
+    layer_norm_eps: float
+    architecture: dict  # ARCHITECTURE_DEFAULTS' keys; from_checkpoint takes the checkpoint's
 
     @property
     def from_checkpoint(self) -> bool:
@@ -59,7 +64,8 @@ class ModelSpec:
             return self._over(recorded, vocab_size)
         return preset(self.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
                       max_position_embeddings=self.max_position_embeddings,
-                      type_vocab_size=self.type_vocab_size, **self.sizes, **self._numerics())
+                      type_vocab_size=self.type_vocab_size, layer_norm_eps=self.layer_norm_eps,
+                      **self.architecture, **self.sizes, **self._numerics())
 
     def _over(self, recorded: EncoderConfig, vocab_size: int | None) -> EncoderConfig:
         for key, value in self.sizes.items():
@@ -75,9 +81,10 @@ class ModelSpec:
 def layout_of(encoder: EncoderConfig) -> dict:
     """What of an encoder a workdir's checkpoints depend on (compared on resume). Adapters and
     LoRA count only when present, so the records of runs without them stay as they were."""
-    fields = dataclasses.asdict(encoder)
+    fields = encoder.record()
     return {k: v for k, v in fields.items()
-            if k in LAYOUT_FIELDS or (k in ADAPTATION_LAYOUT_FIELDS and v)}
+            if k in LAYOUT_FIELDS or k in ARCHITECTURE_LAYOUT_FIELDS
+            or (k in ADAPTATION_LAYOUT_FIELDS and v)}
 
 
 def model_spec(section: Section) -> ModelSpec:
@@ -85,7 +92,10 @@ def model_spec(section: Section) -> ModelSpec:
     spec = ModelSpec(section.preset, sizes, section.dtype, section.param_dtype,
                      section.hidden_dropout, section.attention_dropout, section.scan_layers,
                      section.remat, section.max_position_embeddings, section.type_vocab_size,
-                     str(section.attention_implementation), str(section.matmul_dtype))
+                     str(section.attention_implementation), str(section.matmul_dtype),
+                     float(section.layer_norm_eps),
+                     {key: type(default)(section[key])
+                      for key, default in ARCHITECTURE_DEFAULTS.items()})
     _check_attention(spec)
     if not spec.from_checkpoint:
         spec.encoder(vocab_size=1000)  # refuses an unknown preset or a bad shape now, by name

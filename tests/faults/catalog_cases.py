@@ -431,7 +431,7 @@ CASES = [
     Case("prepare-unknown-format", PREPARE, _prepare("--input", "{files}/docs.txt",
                                                      "--format", "xml"), "invalid choice"),
     Case("prepare-unknown-tokenizer-kind", PREPARE,
-         _prepare("--input", "{files}/docs.txt", "--train-vocab", "bpe"), "invalid choice"),
+         _prepare("--input", "{files}/docs.txt", "--train-vocab", "unigram"), "invalid choice"),
     Case("prepare-negative-vocab-size", PREPARE,
          _prepare("--input", "{files}/docs.txt", "--vocab-size", "-5"), "-5"),
     Case("prepare-vocab-missing", PREPARE,

@@ -1,0 +1,55 @@
+"""ModernBERT-base (Warner et al., 2024) on bertjax's pretraining machinery.
+
+The architecture: rotary positions (theta 160,000 in the global layers, 10,000 in the local
+ones), pre-norm with a norm after the embeddings and after the last layer, GeGLU (up projection
+2 x 1,152), no biases in the dense layers or the norms, every third layer global (layer 0 first)
+and the others a 128-token sliding window; no segment embeddings, no NSP. The recipe: MLM only
+on full sentences (RoBERTa-style) at 1,024 tokens with 30% masking, StableAdamW and a
+warmup-stable-decay schedule. ModernBERT's context extension (8,192 tokens, global theta
+160,000) is the long phase of the length schedule (`schedule.long_*`).
+
+    python -m bertjax.main --config=configs/modernbert.py --workdir=DIR \
+        --config.data.input='corpus/*.txt'
+"""
+
+from configs import base
+
+
+def set_architecture(config) -> None:
+    """ModernBERT's architecture on any preset (shared by the large config and small runs)."""
+    model = config.model
+    model.position_embedding = "rope"
+    model.rope_theta = 160_000.0
+    model.rope_local_theta = 10_000.0
+    model.norm = "pre"
+    model.mlp = "geglu"
+    model.use_bias = False
+    model.norm_bias = False
+    model.global_attention_every = 3
+    model.sliding_window = 128
+    model.type_vocab_size = 0
+    model.layer_norm_eps = 1e-5
+    model.hidden_dropout = 0.0
+    model.attention_dropout = 0.0
+    model.max_position_embeddings = 8192
+
+
+def get_config():
+    config = base.get_config()
+    config.model.preset = "modernbert_base"
+    set_architecture(config)
+    config.objective = "roberta"
+    config.masking.mask_prob = 0.3
+    config.schedule.short_seq_len = 1024
+    config.schedule.short_max_predictions = 320
+    config.schedule.long_seq_len = 8192
+    config.schedule.long_max_predictions = 2496
+    config.schedule.long_fraction = 0.0
+    config.data.vocab_size = 50368
+    config.train.batch_size = 4608
+    config.optimizer.learning_rate = 8e-4
+    config.optimizer.b2 = 0.98
+    config.optimizer.eps = 1e-6
+    config.optimizer.weight_decay = 1e-5
+    config.optimizer.bias_correction = True
+    return config
