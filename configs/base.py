@@ -68,6 +68,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.schedule.long_seq_len = 512
     config.schedule.long_max_predictions = 80
     config.schedule.long_fraction = 0.1
+    # model.position_embedding=rope: the global layers' rotary base in the short phase (0: the
+    # model's, model.rope_theta, which the long phase and the trained model use).
+    config.schedule.short_rope_theta = 0.0
 
     config.train = ml_collections.ConfigDict()
     config.train.steps = 1_000_000

@@ -5,8 +5,9 @@ ones), pre-norm with a norm after the embeddings and after the last layer, GeGLU
 2 x 1,152), no biases in the dense layers or the norms, every third layer global (layer 0 first)
 and the others a 128-token sliding window; no segment embeddings, no NSP. The recipe: MLM only
 on full sentences (RoBERTa-style) at 1,024 tokens with 30% masking, StableAdamW and a
-warmup-stable-decay schedule. ModernBERT's context extension (8,192 tokens, global theta
-160,000) is the long phase of the length schedule (`schedule.long_*`).
+warmup-stable-decay schedule. ModernBERT's context extension (8,192 tokens, the global layers'
+rotary base raised from 10,000 to 160,000) is the long phase of the length schedule: set
+`schedule.long_fraction` to the share of steps it takes.
 
     python -m bertjax.main --config=configs/modernbert.py --workdir=DIR \
         --config.data.input='corpus/*.txt'
@@ -45,6 +46,7 @@ def get_config():
     config.schedule.long_seq_len = 8192
     config.schedule.long_max_predictions = 2496
     config.schedule.long_fraction = 0.0
+    config.schedule.short_rope_theta = 10_000.0  # raised to model.rope_theta for 8,192 tokens
     config.data.vocab_size = 50368
     config.train.batch_size = 4608
     config.optimizer.learning_rate = 8e-4

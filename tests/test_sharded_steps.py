@@ -56,14 +56,14 @@ def _batch():
             "nsp_label": rng.integers(0, 2, B).astype(np.int32)}
 
 
-def _train(model, mesh, start=None):
+def _train(model, mesh, start=None, batch=None):
     """(initial state, final state, per-step metrics) of STEPS steps on a fixed batch.
 
     The state is initialized on `mesh`, or, given `start` (a state on another mesh), placed from
     it in the shardings the rules give: an initialization costs a compile of its own, and
     test_step.py checks that a sharded one equals the one-device one.
     """
-    batch = _batch()
+    batch = _batch() if batch is None else batch
     shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in batch.items()}
     optimizer = make_optimizer(OPTIMIZER)
     if start is None:
@@ -215,3 +215,29 @@ def test_platform_presets_fit_their_platform(name):
         assert (data, fsdp, tensor) == (4, 4, 1)
         # The same number of sequences as the paper's 1M steps of 256.
         assert batch * config.train.steps == 256 * 1_000_000
+
+
+MODERN = dict(position_embedding="rope", rope_theta=160_000.0, norm="pre", mlp="geglu",
+              use_bias=False, norm_bias=False, global_attention_every=3, sliding_window=8,
+              type_vocab_size=0, layer_norm_eps=1e-5, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def test_a_modernbert_step_on_a_2x2x2_mesh_matches_one_device():
+    """Rotary positions, GeGLU, pre-norm, scanned global and sliding-window layers (chosen per
+    layer under lax.cond) and packed rows, sharded over data, fsdp and tensor at once."""
+    config = preset("tiny", num_layers=3, vocab_size=V, num_heads=8, max_position_embeddings=64,
+                    scan_layers=True, **MODERN)
+    model = BertForPretraining(config, nsp=False)
+    batch = {k: v for k, v in _batch().items() if k != "nsp_label"}
+    half = L // 2  # two sequences a row: positions restart, pack ids split the row
+    batch["pack_ids"] = np.broadcast_to((np.arange(L) >= half).astype(np.int32) + 1, (B, L)).copy()
+    batch["positions"] = np.broadcast_to(np.arange(L) % half, (B, L)).astype(np.int32).copy()
+    batch["segment_ids"] = np.zeros((B, L), np.int32)
+
+    one = _train(model, make_mesh(1, 1, 1, devices=jax.devices()[:1]), batch=batch)
+    mixed = _train(model, make_mesh(2, 2, 2), start=one["initial"], batch=batch)
+    for got, want in zip(mixed["metrics"], one["metrics"]):
+        _close(got, want)
+    _close(mixed["final"].params, one["final"].params, atol=1e-5)
+    kernel = mixed["final"].params["encoder"]["layers"]["intermediate"]["kernel"]
+    assert kernel.sharding.spec == P(None, "fsdp", "tensor") and kernel.shape == (3, 128, 512)

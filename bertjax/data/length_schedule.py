@@ -15,6 +15,9 @@ class Phase:
     seq_len: int
     max_predictions: int
     start_step: int
+    # The global layers' rotary base in this phase; 0: the model's. ModernBERT trains at 1,024
+    # tokens with 10,000, then extends its context to 8,192 with the model's 160,000.
+    rope_theta: float = 0.0
 
     def __post_init__(self):
         check_int("seq_len", self.seq_len, MIN_SEQ_LEN, "([CLS] A [SEP] B [SEP])")
@@ -23,6 +26,9 @@ class Phase:
             raise UserError(f"max_predictions {self.max_predictions} exceeds seq_len "
                             f"{self.seq_len}")
         check_int("a phase's start_step", self.start_step, 0)
+        if self.rope_theta < 0:
+            raise UserError(f"a phase's rope theta must be >= 0 (0: the model's), got "
+                            f"{self.rope_theta}")
         for name in ("seq_len", "max_predictions", "start_step"):
             object.__setattr__(self, name, int(getattr(self, name)))
 
@@ -52,14 +58,15 @@ class LengthSchedule:
 
     @classmethod
     def bert(cls, total_steps: int, long_fraction: float = 0.1, short: tuple[int, int] = (128, 20),
-             long: tuple[int, int] = (512, 80)) -> "LengthSchedule":
-        """Short sequences, then long ones for the last `long_fraction` of the steps."""
+             long: tuple[int, int] = (512, 80), short_rope_theta: float = 0.0) -> "LengthSchedule":
+        """Short sequences, then long ones for the last `long_fraction` of the steps; the short
+        phase's rotary base is `short_rope_theta` (0: the model's)."""
         check_int("total_steps", total_steps, 1)
         if not 0.0 <= long_fraction <= 1.0:
             raise UserError(f"long_fraction must be in [0, 1], got {long_fraction}")
         long_start = round(total_steps * (1.0 - long_fraction))
         if long_fraction == 0 or long_start >= total_steps:
-            return cls((Phase(*short, 0),))
+            return cls((Phase(*short, 0, short_rope_theta),))
         if long_start <= 0:
             return cls((Phase(*long, 0),))
-        return cls((Phase(*short, 0), Phase(*long, long_start)))
+        return cls((Phase(*short, 0, short_rope_theta), Phase(*long, long_start)))

@@ -39,6 +39,10 @@ class PretrainRun:
         self.workdir = run_dir.path
         self.is_main = jax.process_index() == 0
         self.model, self.objective = pretraining_model.build(s, encoder)
+        # A phase with its own rotary base runs the same parameters through another model.
+        self.phase_models = {phase.seq_len: pretraining_model.build(
+            s, encoder.replace(rope_theta=phase.rope_theta))[0] if phase.rope_theta else self.model
+            for phase in s.schedule.phases}
         # Only NSP reads the pooled output: without it the pooler gets no gradient, only decay.
         untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
         self.optimizer = make_optimizer(s.optimizer, untrained=untrained)
@@ -59,12 +63,13 @@ class PretrainRun:
         done = max(loading.checkpoint_steps(self.run_dir.checkpoints), default=0)
         abstract, shardings = common.abstract_state(self.model, self.optimizer, self.first_shapes,
                                                     self.mesh, s.train.seed)
-        train_step = make_train_step(self.model, self.optimizer, self.mesh, shardings,
-                                     accumulation_steps=s.train.accumulation_steps,
-                                     objective=self.objective)
         compiled = {}
         for phase in schedule.phases:
             if schedule.phase_end(phase, s.train.steps) > done:
+                train_step = make_train_step(self.phase_models[phase.seq_len], self.optimizer,
+                                             self.mesh, shardings,
+                                             accumulation_steps=s.train.accumulation_steps,
+                                             objective=self.objective)
                 compiled[phase.seq_len] = compile_step(
                     train_step, abstract, self._shapes_for(phase),
                     name=f"train step at {phase.seq_len} tokens", verbose=False,
@@ -116,8 +121,9 @@ class PretrainRun:
 
     def _loop(self, stop, start: common.Start) -> dict:
         s, schedule, total_steps = self.s, self.s.schedule, self.s.train.steps
-        self.eval_step = make_eval_step(self.model, self.mesh, start.shardings,
-                                        objective=self.objective)
+        self.eval_steps = {seq_len: make_eval_step(model, self.mesh, start.shardings,
+                                                   objective=self.objective)
+                           for seq_len, model in self.phase_models.items()}
         self.eval_cache: dict[int, list] = {}
         self.batches = self.data.train_iterator(start.step)
         if start.saved:
@@ -160,7 +166,8 @@ class PretrainRun:
             self.eval_cache[phase.seq_len] = [
                 partitioning.global_batch(b, self.mesh)
                 for b in self.data.eval_batches(phase, self.s.train.eval_batches)]
-        sums = [self.eval_step(state.params, b) for b in self.eval_cache[phase.seq_len]]
+        eval_step = self.eval_steps[phase.seq_len]
+        sums = [eval_step(state.params, b) for b in self.eval_cache[phase.seq_len]]
         if sums:
             summary = window_summary(jax.device_get(sums), self.objective.summarize)
             self.writer.write(step, {f"eval_{k}": v for k, v in summary.items()})

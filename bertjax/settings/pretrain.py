@@ -164,6 +164,10 @@ def _schedule(config: Section, steps: int) -> LengthSchedule:
     s = config.schedule
     if not 0.0 <= s.long_fraction <= 1.0:
         raise UserError(f"schedule.long_fraction must be in [0, 1], got {s.long_fraction}")
+    if s.short_rope_theta and config.model.position_embedding != "rope":
+        raise UserError("schedule.short_rope_theta changes the rotary base of the short phase: "
+                        "set model.position_embedding=rope, or leave it 0")
     return LengthSchedule.bert(steps, long_fraction=s.long_fraction,
                                short=(s.short_seq_len, s.short_max_predictions),
-                               long=(s.long_seq_len, s.long_max_predictions))
+                               long=(s.long_seq_len, s.long_max_predictions),
+                               short_rope_theta=float(s.short_rope_theta))
