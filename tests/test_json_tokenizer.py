@@ -22,6 +22,7 @@ from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.json_tokenizer import JsonTokenizer
 from bertjax.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from bertjax.data.tokenizer_training import build_tokenizer, train_bpe
+from bertjax.interop import hf_files
 from bertjax.settings import pretrain as pretrain_settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -252,3 +253,21 @@ def test_prepare_a_corpus_with_a_tokenizer_json(modernbert_like, sentences, tmp_
     again = prepare(*args)
     assert again.returncode == 0 and "using the tokenizer trained earlier" in again.stderr
     assert PreparedCorpus.open(str(tmp_path / "trained")).tokenizer.kind == "bpe"
+
+
+def test_an_export_carries_the_tokenizer_json_for_autotokenizer_and_back(modernbert_like,
+                                                                         sentences, tmp_path):
+    """What `export --format hf` writes for a tokenizer.json vocabulary: AutoTokenizer loads it
+    as a fast tokenizer with the same ids and special tokens, and `convert --from-hf` reads it
+    back as the same tokenizer."""
+    ours = load_tokenizer(modernbert_like)
+    out = tmp_path / "hf"
+    out.mkdir()
+    assert hf_files.write_tokenizer(str(out), ours, model_max_length=512) is None
+    auto = transformers.AutoTokenizer.from_pretrained(str(out))
+    assert auto.is_fast and auto.mask_token == "[MASK]" and auto.model_max_length == 512
+    texts = sentences[:20] + HARD_CASES
+    assert [auto(t, add_special_tokens=False)["input_ids"] for t in texts] == ids_of(ours, texts)
+    back, notes = hf_files.read_tokenizer(str(out))
+    assert notes == [] and ids_of(back, texts) == ids_of(ours, texts)
+    assert back.special == ours.special

@@ -414,3 +414,17 @@ def test_bad_arguments_are_user_errors(tokenizer):
                  lambda: masker.mask_batch(np.stack([row, row]), 2, [rng])):
         with pytest.raises(UserError):
             call()
+
+
+def test_modernberts_thirty_percent_keeps_the_80_10_10_split(tokenizer, examples128):
+    """ModernBERT masks 30% (configs/modernbert.py): the rate doubles, the split of what happens
+    to a selected token does not (checked per token on ~0.25M candidates)."""
+    masker = _masker(tokenizer, strategy="token", mask_prob=0.3)
+    max_predictions = 40  # 30% of 128, with room: the budget must not clip the rate
+    out = _mask_all(masker, examples128, max_predictions, seed=0)
+    _check_layout(tokenizer, examples128, out, max_predictions)
+    real, outcome, _ = _outcome(out, tokenizer.special.mask)
+    candidates = int((~tokenizer.special_mask()[examples128]).sum())
+    assert real.sum() / candidates == pytest.approx(0.3, abs=0.005)
+    shares = np.bincount(outcome[real], minlength=3) / real.sum()
+    np.testing.assert_allclose(shares, [0.8, 0.1, 0.1], atol=0.01)

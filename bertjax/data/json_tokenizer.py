@@ -154,6 +154,10 @@ class JsonTokenizer(Tokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False).strip()
 
+    def to_json(self) -> str:
+        """The tokenizer.json text this tokenizer was read from."""
+        return self._json
+
     def save(self, directory: str) -> None:
         self._write_config(directory, tokenizer_file=JSON_FILE)
         with open(os.path.join(directory, JSON_FILE), "w", encoding="utf-8") as f:

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from bertjax.data.json_tokenizer import JSON_FILE, JsonTokenizer
 from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
 from bertjax.core import json_records
 from bertjax.core.errors import UserError
@@ -129,6 +130,9 @@ def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int)
     `strip_accents` stays null: BERT then strips accents exactly when it lowercases, which is
     what our WordPiece tokenizer does.
     """
+    if isinstance(tokenizer, JsonTokenizer):
+        _write_fast_tokenizer(directory, tokenizer, model_max_length)
+        return None
     if not isinstance(tokenizer, WordPieceTokenizer):
         tokenizer.save(os.path.join(directory, BERTJAX_TOKENIZER))
         return (f"{tokenizer.kind} vocabularies have no BERT tokenizer in transformers: the "
@@ -146,8 +150,27 @@ def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int)
     return None
 
 
+def _write_fast_tokenizer(directory: str, tokenizer: JsonTokenizer,
+                          model_max_length: int) -> None:
+    """tokenizer.json as it was read (ModernBERT's BPE, or one trained here), with the
+    tokenizer_config.json that lets AutoTokenizer load it as a fast tokenizer."""
+    with open(os.path.join(directory, JSON_FILE), "w", encoding="utf-8") as f:
+        f.write(tokenizer.to_json())
+    ids = tokenizer.special
+    special = {name: tokenizer.id_to_token(getattr(ids, role)) for name, role in
+               zip(_SPECIAL_NAMES, ("pad", "unk", "cls", "sep", "mask"))}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
+              "clean_up_tokenization_spaces": False, **special}
+    for name, content in ((TOKENIZER_CONFIG, config), (SPECIAL_TOKENS_MAP, special)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+
+
 def read_tokenizer(hf_dir: str) -> tuple[Tokenizer | None, list[str]]:
     """(the tokenizer, notes on what it cannot follow); None when the directory has none."""
+    if (not os.path.isfile(os.path.join(hf_dir, VOCAB))
+            and os.path.isfile(os.path.join(hf_dir, JSON_FILE))):
+        return load_tokenizer(hf_dir), []  # a fast tokenizer's file, ModernBERT's among them
     if not os.path.isfile(os.path.join(hf_dir, VOCAB)):
         ours = os.path.join(hf_dir, BERTJAX_TOKENIZER)
         if os.path.isdir(ours):
