@@ -1,10 +1,11 @@
 """Pretraining objectives on one budget: BERT (MLM + NSP), RoBERTa (MLM, full sentences), SpanBERT
-(span masking + SBO) and ELECTRA (replaced-token detection) pretrained on the demo Wikipedia
+(span masking + SBO), ELECTRA (replaced-token detection) and ModernBERT (its architecture, 30%
+masking, full sentences) pretrained on the demo Wikipedia
 corpus with the same model size, steps, batch, sequence length, learning rate and seed, each then
 fine-tuned on the packaged movie reviews (dev accuracy) and tweet NER (dev entity F1), next to the
 same model fine-tuned from random initialisation: one markdown table.
 
-    python benchmarks/pretraining_objectives.py [--objectives bert,roberta,spanbert,electra]
+    python benchmarks/pretraining_objectives.py [--objectives bert,roberta,spanbert,electra,modernbert]
         [--steps 600] [--size tiny] [--batch-size 32] [--seq-len 128] [--learning-rate 2e-3]
         [--sentiment-examples 3000] [--sentiment-epochs 2] [--sentiment-lr 3e-4]
         [--ner-epochs 6] [--ner-lr 1e-3] [--seed 0]
@@ -52,6 +53,7 @@ class Objective:
     # own (NSP, SBO, RTD) in the next one.
     mlm: tuple[str, str]
     own: tuple[tuple[str, str], ...] = ()
+    mask_prob: float = 0.15  # the prediction budget follows it, so the rate is not clipped
 
 
 OBJECTIVES = {
@@ -64,6 +66,10 @@ OBJECTIVES = {
     # "original" for every token scores 1 - the replaced fraction, so that is shown too.
     "electra": Objective("configs/electra.py", ("generator MLM", "eval_mlm_accuracy"),
                          (("RTD", "eval_rtd_accuracy"), ("replaced", "eval_replaced_fraction"))),
+    # ModernBERT's architecture and recipe (rotary, pre-norm, GeGLU, sliding windows, 30%
+    # masking, RoBERTa's full sentences) at the same size class; its optimizer stays its own.
+    "modernbert": Objective("configs/modernbert.py", ("MLM (30%)", "eval_mlm_accuracy"),
+                            mask_prob=0.3),
 }
 TASKS = {  # name: (config, metric shown)
     "sentiment": ("configs/finetune_sentiment.py", "accuracy"),
@@ -117,9 +123,9 @@ def _has_config(objective: Objective) -> bool:
     return os.path.isfile(os.path.join(REPO, objective.config))
 
 
-def pretrain_overrides(args, prepared: str) -> dict:
-    """The budget every objective gets alike."""
-    predictions = math.ceil(args.seq_len * 0.15)  # 20 at 128 tokens, as BERT
+def pretrain_overrides(args, prepared: str, mask_prob: float = 0.15) -> dict:
+    """The budget every objective gets alike (the prediction slots follow its masking rate)."""
+    predictions = math.ceil(args.seq_len * mask_prob)  # 20 at 128 tokens and 15%, as BERT
     return {
         "data.prepared": prepared, "data.eval_fraction": 0.05,
         "model.preset": args.size, "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
@@ -208,7 +214,7 @@ def last_eval(workdir: str) -> dict:
 
 def pretrain(args, name: str, prepared: str) -> dict:
     objective = OBJECTIVES[name]
-    overrides = pretrain_overrides(args, prepared)
+    overrides = pretrain_overrides(args, prepared, objective.mask_prob)
     run_key = key(name, objective.config, {k: v for k, v in overrides.items()
                                            if k != "data.prepared"})
     workdir = os.path.join(args.workdir, f"pretrain-{name}-{run_key}")

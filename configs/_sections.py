@@ -49,19 +49,28 @@ def model(preset: str) -> ml_collections.ConfigDict:
 
 def optimizer(*, learning_rate: float, eps: float, bias_correction: bool,
               **warmup) -> ml_collections.ConfigDict:
-    """AdamW (or LAMB) with linear decay, weight decay 0.01 and global-norm clipping at 1.0. The
-    bases differ in the peak rate, its warmup (`warmup_steps=N` or `warmup_fraction=F`), Adam's
-    epsilon and bias correction (the original BERT optimizer had none)."""
+    """AdamW (or LAMB, StableAdamW) with linear decay, weight decay 0.01 and global-norm clipping
+    at 1.0. The bases differ in the peak rate, its warmup (`warmup_steps=N` or
+    `warmup_fraction=F`), Adam's epsilon and bias correction (the original BERT optimizer had
+    none)."""
     section = ml_collections.ConfigDict()
-    section.name = "adamw"                  # adamw | lamb
+    # stable_adamw: AdamW with per-tensor update clipping (ModernBERT's StableAdamW), which
+    # replaces gradient clipping there (clip_norm 0); it always bias-corrects, as lamb does.
+    section.name = "adamw"                  # adamw | lamb | stable_adamw
     section.learning_rate = learning_rate
     section.update(warmup)
-    section.decay = "linear"                # linear | cosine | constant
+    # wsd, wsd_sqrt: warmup, the peak, then a linear or 1-sqrt (ModernBERT's) cooldown over the
+    # last decay_fraction of the steps; decay_fraction 0 stays at the peak to the end.
+    section.decay = "linear"                # linear | cosine | constant | wsd | wsd_sqrt
+    section.decay_fraction = 0.1            # wsd decays only
     section.end_learning_rate = 0.0
     section.b1 = 0.9
     section.b2 = 0.999
     section.eps = eps
     section.weight_decay = 0.01
+    # True: decayed weights shrink by (lr_t / learning_rate) * weight_decay a step, not by
+    # lr_t * weight_decay (optimi's decouple_lr; ModernBERT's weight_decay 1e-5 assumes it).
+    section.fully_decoupled_weight_decay = False
     section.bias_correction = bias_correction
     section.clip_norm = 1.0                 # global norm; 0 disables
     return section

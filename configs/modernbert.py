@@ -49,9 +49,18 @@ def get_config():
     config.schedule.short_rope_theta = 10_000.0  # raised to model.rope_theta for 8,192 tokens
     config.data.vocab_size = 50368
     config.train.batch_size = 4608
+    # StableAdamW (update clipping per tensor instead of global-norm clipping), weight decay
+    # fully decoupled from the rate as optimi does (hence its small value), warmup-stable-decay
+    # with a 1-sqrt cooldown over the last 10% of the steps.
+    config.optimizer.name = "stable_adamw"
     config.optimizer.learning_rate = 8e-4
+    config.optimizer.warmup_steps = 3_000
     config.optimizer.b2 = 0.98
     config.optimizer.eps = 1e-6
     config.optimizer.weight_decay = 1e-5
+    config.optimizer.fully_decoupled_weight_decay = True
     config.optimizer.bias_correction = True
+    config.optimizer.clip_norm = 0.0
+    config.optimizer.decay = "wsd_sqrt"
+    config.optimizer.decay_fraction = 0.1
     return config

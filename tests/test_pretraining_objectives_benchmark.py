@@ -29,8 +29,10 @@ bench = _benchmark()
 
 
 def _settings(name: str, args):
-    config = _module(bench.OBJECTIVES[name].config).get_config()
-    config.update_from_flattened_dict(bench.pretrain_overrides(args, "/prepared"))
+    objective = bench.OBJECTIVES[name]
+    config = _module(objective.config).get_config()
+    config.update_from_flattened_dict(
+        bench.pretrain_overrides(args, "/prepared", objective.mask_prob))
     return settings.read(config)
 
 
@@ -43,6 +45,16 @@ def test_every_objective_gets_the_same_budget():
     reference = read["bert"]
     assert reference.model.preset == "mini" and reference.train.steps == 50
     assert [(p.seq_len, p.max_predictions) for p in reference.schedule.phases] == [(64, 10)]
+    modern = read.pop("modernbert", None)
+    if modern is not None:  # its architecture and optimizer are its own; size and budget not
+        assert modern.model.preset == "mini" and modern.model.architecture["norm"] == "pre"
+        assert modern.train == reference.train
+        # The corpus is prepared once with its own vocabulary: the config's size is not read.
+        assert dataclasses.replace(modern.data, vocab_size=0) == \
+            dataclasses.replace(reference.data, vocab_size=0)
+        assert modern.optimizer.name == "stable_adamw"
+        assert [(p.seq_len, p.max_predictions) for p in modern.schedule.phases] == [(64, 20)]
+        assert modern.masking.mask_prob == 0.3
     for name, s in read.items():
         assert s.objective.name == name
         assert s.model == reference.model, name

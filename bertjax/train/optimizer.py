@@ -1,4 +1,5 @@
-"""Learning-rate schedules and the AdamW / LAMB optimizers, with BERT's decay mask and clipping."""
+"""Learning-rate schedules and the AdamW / LAMB / StableAdamW optimizers, with BERT's decay mask and
+clipping."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import jax.numpy as jnp
 import optax
 
 from bertjax.core.errors import UserError, check_choice
+from bertjax.train.stable_adamw import scale_by_stable_adam
 
-OPTIMIZERS = ("adamw", "lamb")
-DECAYS = ("linear", "cosine", "constant")
+OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
+# "wsd" / "wsd_sqrt": warmup-stable-decay, the cooldown linear or 1-sqrt (ModernBERT's). Two decay
+# names rather than a shape key: the shape means nothing to the other decays.
+WSD_DECAYS = ("wsd", "wsd_sqrt")
+DECAYS = ("linear", "cosine", "constant") + WSD_DECAYS
 
 # BERT excluded "LayerNorm", "layer_norm" and "bias" from weight decay by variable name. In Flax
 # a LayerNorm owns only "scale" and "bias", so the leaf names alone cover it; the module-name
@@ -35,9 +40,16 @@ class OptimizerConfig:
     eps: float = 1e-6
     weight_decay: float = 0.01
     # AdamW only: the original BERT AdamWeightDecayOptimizer had no bias correction; fine-tuning
-    # wants it. LAMB always bias-corrects, as in its paper and optax.lamb.
+    # wants it. LAMB and StableAdamW always bias-correct, as in their papers, optax and optimi.
     bias_correction: bool = False
     clip_norm: float = 1.0  # global-norm clipping; 0 disables
+    # wsd decays: the cooldown's share of total_steps (0: warmup, then the peak to the end).
+    decay_fraction: float = 0.1
+    # optimi's decouple_lr (ModernBERT's "decoupled_stableadamw"): each step shrinks decayed
+    # weights by (lr_t / learning_rate) * weight_decay, so the decay follows the schedule's shape
+    # but not the peak rate; ModernBERT's weight_decay 1e-5 means this. False: lr_t * weight_decay.
+    # Either way LAMB's trust ratio and StableAdamW's update clipping scale it further.
+    fully_decoupled_weight_decay: bool = False
 
     def __post_init__(self):
         check_choice("optimizer.name", self.name, OPTIMIZERS)
@@ -58,6 +70,42 @@ class OptimizerConfig:
         for name in ("eps", "weight_decay", "clip_norm"):
             if getattr(self, name) < 0:
                 raise UserError(f"optimizer.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 <= self.decay_fraction <= 1:
+            raise UserError(f"optimizer.decay_fraction must be in [0, 1], "
+                            f"got {self.decay_fraction}")
+        if self.decay in WSD_DECAYS and self.warmup_steps + self.decay_steps > self.total_steps:
+            # Fine-tuning derives warmup_steps from warmup_fraction: name neither key.
+            raise UserError(f"the warmup ({self.warmup_steps} steps) overlaps the {self.decay} "
+                            f"cooldown (optimizer.decay_fraction {self.decay_fraction} of "
+                            f"{self.total_steps} steps: {self.decay_steps}); shorten either")
+
+    @property
+    def decay_steps(self) -> int:
+        """The wsd cooldown's length; rounded, not ceiled, as 0.1 * 1100 is 110.00000000000001."""
+        return round(self.decay_fraction * self.total_steps)
+
+
+def warmup_stable_decay(config: OptimizerConfig) -> optax.Schedule:
+    """Linear warmup to the peak, the peak until the last `decay_steps`, then a cooldown to
+    `end_learning_rate` at `total_steps`: linear ("wsd") or 1 - sqrt ("wsd_sqrt", Hagele et al.
+    2024, ModernBERT's decay phase). A pure function of the step, so a resumed run continues it
+    exactly and the cooldown can be rerun from any plateau checkpoint."""
+    peak, end = config.learning_rate, config.end_learning_rate
+    warmup, decay_steps = config.warmup_steps, config.decay_steps
+    decay_start = config.total_steps - decay_steps
+
+    def schedule(count):
+        step = jnp.asarray(count, jnp.float32)
+        done = jnp.clip(step - decay_start, 0.0, float(decay_steps))
+        # Exact at both ends, compiled too: XLA turns `done / decay_steps` into a product with a
+        # rounded reciprocal, which misses 1 by an ulp.
+        progress = jnp.where(done >= decay_steps, 1.0, done / decay_steps) if decay_steps else 0.0
+        if config.decay == "wsd_sqrt":
+            progress = jnp.sqrt(progress)
+        rate = end + (peak - end) * (1.0 - progress)
+        return jnp.where(step < warmup, peak * step / max(warmup, 1), rate)
+
+    return schedule
 
 
 def make_schedule(config: OptimizerConfig) -> optax.Schedule:
@@ -66,6 +114,8 @@ def make_schedule(config: OptimizerConfig) -> optax.Schedule:
     Unlike google-research/bert (whose linear decay starts at step 0 and is overridden during
     warmup, so it peaks slightly below `learning_rate`), the decay starts at the peak.
     """
+    if config.decay in WSD_DECAYS:
+        return warmup_stable_decay(config)
     peak, end = config.learning_rate, config.end_learning_rate
     decay_steps = max(config.total_steps - config.warmup_steps, 1)
     if config.decay == "linear":
@@ -169,19 +219,26 @@ def applied_learning_rate(opt_state: Any) -> jax.Array:
 
 def make_optimizer(config: OptimizerConfig, untrained: Sequence[str] = ()
                    ) -> optax.GradientTransformation:
-    """Clip by global norm, then AdamW or LAMB with decoupled, masked weight decay.
+    """Clip by global norm, then AdamW, LAMB or StableAdamW with decoupled, masked weight decay.
 
     The chains mirror optax.adamw / optax.lamb (LAMB's trust ratio masked to kernels and
     embeddings, as in its paper), and AdamW with bias correction is optax.adamw. `untrained`:
     parameter subtrees ("encoder/pooler") that no objective trains, left out of weight decay.
     """
-    if config.bias_correction or config.name == "lamb":
-        moments = optax.scale_by_adam(b1=config.b1, b2=config.b2, eps=config.eps)
-    else:
-        moments = scale_by_adam_without_bias_correction(config.b1, config.b2, config.eps)
+    mask = lambda params: decay_mask(params, untrained)  # noqa: E731
+    # Fully decoupled decay is coupled decay with the coefficient divided by the peak: the
+    # scheduled rate then multiplies it back to (lr_t / peak) * weight_decay.
+    weight_decay = config.weight_decay / (
+        config.learning_rate if config.fully_decoupled_weight_decay else 1.0)
     parts = [optax.clip_by_global_norm(config.clip_norm)] if config.clip_norm > 0 else []
-    parts += [moments, optax.add_decayed_weights(
-        config.weight_decay, mask=lambda params: decay_mask(params, untrained))]
+    if config.name == "stable_adamw":
+        parts.append(scale_by_stable_adam(config.b1, config.b2, config.eps, weight_decay, mask))
+    else:
+        if config.bias_correction or config.name == "lamb":
+            moments = optax.scale_by_adam(b1=config.b1, b2=config.b2, eps=config.eps)
+        else:
+            moments = scale_by_adam_without_bias_correction(config.b1, config.b2, config.eps)
+        parts += [moments, optax.add_decayed_weights(weight_decay, mask=mask)]
     if config.name == "lamb":
         parts.append(optax.masked(optax.scale_by_trust_ratio(), adapted_mask))
     parts.append(scale_by_recorded_schedule(make_schedule(config)))
