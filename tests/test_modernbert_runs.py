@@ -78,7 +78,7 @@ def test_the_short_phases_rotary_base_changes_what_it_trains(straight_run, tmp_p
     assert np.isclose(ours[0], theirs[0], rtol=1e-3) and ours[0] != theirs[0]
 
 
-def test_a_modernbert_run_fine_tunes_and_embeds(straight_run, tmp_path):
+def test_a_modernbert_run_fine_tunes_predicts_and_embeds(straight_run, tmp_path):
     workdir = str(tmp_path / "sst")
     code = finetune("finetune_sentiment", workdir, **{
         "init_checkpoint": straight_run, "model.preset": "from_checkpoint",
@@ -88,5 +88,13 @@ def test_a_modernbert_run_fine_tunes_and_embeds(straight_run, tmp_path):
     r = results(workdir)
     assert r["finished"] and 0.0 <= r["eval"]["accuracy"] <= 1.0
     assert loading.load(workdir, r["best_step"]).encoder.mlp == "geglu"
+    source, output = tmp_path / "new.tsv", str(tmp_path / "predictions.jsonl")
+    source.write_text("sentence\nA gorgeous, moving film.\nDull and lifeless.\n",
+                      encoding="utf-8")
+    assert finetune("finetune_sentiment", workdir, **{
+        "mode": "predict", "data.predict": str(source), "predict_output": output}) == 0
+    with open(output) as f:
+        predictions = [json.loads(line) for line in f]
+    assert [p["label"] in ("negative", "positive") for p in predictions] == [True, True]
     vectors = bertjax.load(straight_run).embed(["the river flows north", "a small town"])
     assert vectors.shape[0] == 2 and np.all(np.isfinite(vectors))
