@@ -23,7 +23,7 @@ from typing import Any
 from bertjax.core import json_records, storage, transfer
 from bertjax.core.errors import UserError
 from bertjax.data.tokenizer import load_tokenizer
-from bertjax.interop import adapters_dir, hf_bert_config, hf_files, hf_models, params_dir
+from bertjax.interop import adapters_dir, hf_files, hf_models, params_dir
 from bertjax.model.config import EncoderConfig
 
 ORBAX_COMMITTED = "commit_success.txt"  # what Orbax writes last into a step on a bucket
@@ -245,7 +245,7 @@ def _checkpoint_step(workdir: str, step: int | None) -> int:
 def _load_hugging_face(path: str, *, with_params: bool) -> Loaded:
     hf_config = hf_files.read_config(path)
     hf_models.check_architecture(hf_config)
-    encoder = hf_bert_config.encoder_config_from_hf(hf_config, scan_layers=True)
+    encoder = hf_models.encoder_config_from_hf(hf_config, scan_layers=True)
     tokenizer, _ = hf_files.read_tokenizer(path)
     params, initialized = None, []
     if with_params:

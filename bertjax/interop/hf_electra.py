@@ -19,7 +19,7 @@ import numpy as np
 from flax.core import meta
 
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_bert_config, hf_layout
+from bertjax.interop import hf_bert_config, hf_layout, hf_modernbert
 from bertjax.interop.hf_models import HFModel
 from bertjax.model.config import EncoderConfig
 
@@ -63,6 +63,9 @@ def _linear(tree: Mapping, prefix: str) -> dict[str, np.ndarray]:
 
 def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> dict[str, HFModel]:
     """{"": the discriminator, GENERATOR_DIR: the generator}."""
+    if hf_modernbert.is_modern(model):
+        raise UserError("transformers' ELECTRA is BERT's encoder: an ELECTRA run on ModernBERT's "
+                        "architecture has no Hugging Face counterpart to export to")
     params = meta.unbox(params)
     missing = [k for k in ("encoder", "generator", "generator_head", "discriminator_head")
                if k not in params]

@@ -13,6 +13,10 @@ Export follows the checkpoint's `heads` record:
 Import takes any BERT encoder checkpoint into our `BertForPretraining` tree (encoder, mlm, nsp);
 whatever the checkpoint lacks (the pretraining heads of a bare BertModel, the pooler of a
 BertForMaskedLM) is initialized fresh and named. Weight names and layouts are `hf_layout`'s.
+
+An encoder with ModernBERT's architecture (rotary positions, pre-norm, GeGLU) is exported as
+ModernBertForMaskedLM (ModernBertModel without the MLM head), and a ModernBert checkpoint
+imported likewise; its names, layouts and config are `hf_modernbert`'s.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from flax import traverse_util
 
 from bertjax.data.schema import zeros_batch
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_bert_config, hf_layout
+from bertjax.interop import hf_bert_config, hf_layout, hf_modernbert
 from bertjax.model.config import EncoderConfig
 from bertjax.model.heads import BertForPretraining
 
@@ -60,6 +64,8 @@ class HFModel:
 
 def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
     """A bertjax checkpoint's parameters as the Hugging Face model its heads call for."""
+    if hf_modernbert.is_modern(model):
+        return _modernbert_to_hf(params, model, heads)
     if heads.get("head"):
         return _finetuned_to_hf(params, model, heads)
     return _pretraining_to_hf(params, model, heads)
@@ -86,6 +92,22 @@ def _pretraining_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) ->
                      "BertForPreTraining would initialize cls.seq_relationship randomly")
     return HFModel(_base_config(model, "BertForPreTraining" if nsp else "BertForMaskedLM"),
                    state, notes)
+
+
+def _modernbert_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
+    if heads.get("head"):
+        raise UserError(f"cannot export a fine-tuned ModernBERT-style model to Hugging Face: "
+                        f"ModernBert's {heads['head']} classes put their own head on the encoder "
+                        "(dense, GELU, norm), which bertjax's does not compute; export it with "
+                        "--format params")
+    params = nn.meta.unbox(params)
+    dropped = [words for part, words in (("pooler", "the pooler"), ("nsp", "the NSP head"),
+                                         ("sbo", "the span boundary head (sbo)"))
+               if part in params or part in params.get("encoder", {})]
+    notes = [f"{', '.join(dropped)}: no ModernBert counterpart, not exported"] if dropped else []
+    architecture = "ModernBertForMaskedLM" if "mlm" in params else "ModernBertModel"
+    state = hf_modernbert.to_hf_state_dict(params, model, include_heads="mlm" in params)
+    return HFModel(hf_modernbert.hf_config_dict(model, architecture), state, notes)
 
 
 def _finetuned_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
@@ -150,17 +172,21 @@ class Imported:
 
 
 def check_architecture(hf_config: Mapping) -> None:
-    """Refuses, by name, any architecture that is not a BERT encoder."""
+    """Refuses, by name, any architecture that is not a BERT (or ModernBert) encoder."""
+    modern = hf_modernbert.is_modernbert(hf_config)
+    known = hf_modernbert.ARCHITECTURES if modern else BERT_ARCHITECTURES
     for architecture in hf_config.get("architectures") or []:
-        if architecture not in BERT_ARCHITECTURES:
-            raise UserError(f"unsupported architecture {architecture}: bertjax reads BERT "
-                            f"encoders ({', '.join(BERT_ARCHITECTURES)})")
+        if architecture not in known:
+            raise UserError(f"unsupported architecture {architecture}: bertjax reads "
+                            f"{'ModernBert' if modern else 'BERT'} encoders ({', '.join(known)})")
 
 
 def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: bool = True,
             seed: int = 0) -> Imported:
     """A Hugging Face BERT config and state dict as our pretraining model's parameters."""
     check_architecture(hf_config)
+    if hf_modernbert.is_modernbert(hf_config):
+        return _modernbert_from_hf(hf_config, state_dict, scan_layers, seed)
     model = hf_bert_config.encoder_config_from_hf(hf_config, scan_layers=scan_layers)
     params, missing, unused = hf_layout.from_hf_state_dict(state_dict, model)
     absent_parts = [part for part in _PARTS if any(n.startswith(part) for n in missing)]
@@ -177,6 +203,23 @@ def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: b
     if absent_parts:
         params = _fill_in(params, model, seed)
     return Imported(params, model, [_PARTS[p] for p in absent_parts], sorted(unused))
+
+
+def encoder_config_from_hf(hf_config: Mapping, **overrides) -> EncoderConfig:
+    """The encoder a Hugging Face config.json describes (BERT's or ModernBert's)."""
+    if hf_modernbert.is_modernbert(hf_config):
+        return hf_modernbert.encoder_config_from_hf(hf_config, **overrides)
+    return hf_bert_config.encoder_config_from_hf(hf_config, **overrides)
+
+
+def _modernbert_from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], scan_layers: bool,
+                        seed: int) -> Imported:
+    model = hf_modernbert.encoder_config_from_hf(hf_config, scan_layers=scan_layers)
+    params, absent, unused = hf_modernbert.from_hf_state_dict(state_dict, model)
+    # The pooler and the NSP head have no ModernBert counterpart: always initialized fresh.
+    absent += ["the pooler (no ModernBert counterpart)",
+               "the NSP head (no ModernBert counterpart)"]
+    return Imported(_fill_in(params, model, seed), model, absent, unused)
 
 
 def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
