@@ -122,6 +122,11 @@ def get_config() -> ml_collections.ConfigDict:
     # (one compiled step per length; training batches drawn from length-sorted windows of the
     # shuffled epoch); 0: every batch padded to max_seq_len.
     config.train.bucket_multiple = 32      # bertjax.core.length_buckets.DEFAULT_MULTIPLE
+    # Sentence (pair) classification and regression: each training row of max_seq_len tokens
+    # packs as many whole sequences as fit, each attending only to itself (bertjax/finetune/
+    # packing.py), so short sentences stop paying for padding; batch_size then counts packed
+    # rows (fewer steps an epoch). Evaluation and prediction stay unpacked (length-bucketed).
+    config.train.packing = False
     config.train.accumulation_steps = 1
     config.train.seed = 0
     config.train.restarts = 1               # N > 1: N seeds in WORKDIR/restart_K, best kept

@@ -44,9 +44,29 @@ def test_an_epoch_is_timed_bucketed_padded_and_against_transformers(tmp_path, mi
     assert lines[-1].startswith("ratio:")
 
 
+def test_packing_adds_a_packed_epoch_of_the_same_real_tokens(tmp_path, minilm_dir):
+    out = tmp_path / "epoch.json"
+    proc = bench(f"--config={REPO}/configs/finetune_sentiment.py",
+                 "--config.model.preset=tiny", f"--config.data.tokenizer={minilm_dir}",
+                 "--config.train.batch_size=8", "--config.train.packing=true",
+                 "--examples", "48", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(out.read_text())
+    bucketed, padded, packed = r["epochs"]
+    assert packed["label"].startswith("bertjax, packed (up to ")
+    assert packed["real_tokens"] == bucketed["real_tokens"] == padded["real_tokens"]
+    assert packed["steps"] < padded["steps"] == 6 and packed["compiles"] == 1
+    assert packed["padded_tokens_per_real"] < bucketed["padded_tokens_per_real"]
+    assert r["packed_speedup"][padded["label"]] == pytest.approx(
+        padded["seconds"] / packed["seconds"])
+    assert proc.stdout.splitlines()[-1].startswith("packed:   an epoch ")
+
+
 @pytest.mark.parametrize("args, message", [
     ([f"--config={REPO}/configs/tiny.py"], "--task finetune times finetune_classification"),
     ([f"--config={REPO}/configs/finetune_qa.py"], "the config's task is 'finetune_qa'"),
+    ([f"--config={REPO}/configs/finetune_ner.py", "--config.train.packing=true"],
+     "train.packing works with task=finetune_classification"),
 ])
 def test_a_config_it_cannot_time_is_one_line_and_exit_2(args, message):
     proc = bench(*args)

@@ -249,7 +249,7 @@ def test_finish_writes_results_before_deleting_checkpoints(tmp_path, capsys):
     run.trainable = 0
     run.total, run.steps_per_epoch, run.seed, run.workdir = 20, 10, 0, str(tmp_path)
     run.run_dir = types.SimpleNamespace(location=str(tmp_path))
-    run.started = 0.0
+    run.started, run.padding = 0.0, None
     run.is_main, run.checkpointer = True, Checkpoints()
     with pytest.raises(Crash):
         run.finish()

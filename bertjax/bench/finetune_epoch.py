@@ -5,7 +5,9 @@ Ours is the job's own pieces: the task's features and model, the recipe's optimi
 generic donated train step, and the job's batch order (EpochBatches, with the config's length
 buckets), one step compiled per bucket as the job does (all compiled before timing, the compile time
 shown apart); timed twice, with buckets and with every batch padded to max_seq_len, so the table
-shows what bucketing buys. The runs' steps are interleaved (turns of BLOCK_STEPS steps, each
+shows what bucketing buys; with train.packing=true also with packed rows (several sentences a
+row, bertjax.finetune.packing; batch_size then counts packed rows), so it shows what packing buys
+over both. The runs' steps are interleaved (turns of BLOCK_STEPS steps, each
 run to completion), so a change in the machine's load falls on all alike. The peer is what a
 transformers user runs: the matching `*ForSequenceClassification` / `*ForTokenClassification`,
 AdamW with the same settings, the same rows in a seeded random order, each batch padded to its
@@ -27,6 +29,7 @@ from bertjax.core.errors import UserError
 from bertjax.finetune.batches import EpochBatches
 from bertjax.finetune.distillation import task_objective
 from bertjax.finetune import length_bucketing
+from bertjax.finetune.packing import PackedBatches
 from bertjax.finetune.schema import abstract_batch
 from bertjax.jobs.task_data import read_task_data
 from bertjax.jobs.starting_point import starting_point
@@ -78,14 +81,20 @@ def read(s: FinetuneSettings, examples: int | None):
 
 
 class OurEpoch:
-    def __init__(self, s, start, data, buckets: tuple[int, ...]):
+    def __init__(self, s, start, data, buckets: tuple[int, ...], packing: bool = False):
         self.s, self.data = s, data
         self.mesh = s.mesh.make()
         arrays = data.train_features.arrays
-        self.batches = EpochBatches(arrays, s.train.batch_size, s.train.seed, buckets=buckets)
+        if packing:
+            self.batches = PackedBatches(arrays, s.train.batch_size, s.train.seed,
+                                         s.task_settings.max_seq_len, data.task.packed_batch)
+        else:
+            self.batches = EpochBatches(arrays, s.train.batch_size, s.train.seed,
+                                        buckets=buckets)
         self.model = data.task.model(start.encoder, False)
         self.optimizer = make_optimizer(s.optimizer_config(self.batches.steps_per_epoch))
-        self.shapes = abstract_batch(arrays, s.train.batch_size,
+        template = self.batches.template if packing else arrays
+        self.shapes = abstract_batch(template, s.train.batch_size,
                                      partitioning.batch_sharding(self.mesh))
         self.state, self.shardings = create_train_state(self.model, self.optimizer, self.shapes,
                                                         self.mesh, s.train.seed)
@@ -125,7 +134,9 @@ class OurEpoch:
             return step
 
         thunks = [thunk(b, h["input_mask"].shape[1]) for b, h in zip(placed, host)]
-        real = sum(int(b["input_mask"][b["weight"] > 0].sum()) for b in host)
+        # A row is real if any of its sequences is (a packed row's weight is per sequence).
+        real = sum(int(b["input_mask"][b["weight"].reshape(len(b["weight"]), -1).max(1) > 0]
+                       .sum()) for b in host)
         tokens = sum(b["input_mask"].size for b in host)
 
         def timing(label: str, seconds: float) -> EpochTiming:
@@ -243,6 +254,10 @@ def run(options, s: FinetuneSettings) -> dict:
     if len(buckets) > 1:
         runs.append(OurEpoch(s, start, data, (max_len,)).prepare())
         labels.append(f"bertjax, padded to {max_len}")
+    if s.train.packing:
+        packed = OurEpoch(s, start, data, (max_len,), packing=True)
+        runs.append(packed.prepare())
+        labels.append(f"bertjax, packed (up to {packed.batches.slots} a row)")
     peer = None
     if options.compare_torch:
         peer = TorchEpoch(s, start, data, bf16=options.torch_bf16)
@@ -257,6 +272,9 @@ def run(options, s: FinetuneSettings) -> dict:
               "devices": jax.device_count(), "platform": jax.devices()[0].platform,
               "torch_threads": peer.threads if peer else None,
               "epochs": [dict(t.as_dict(), examples_per_s=rows / t.seconds) for t in timings]}
+    if s.train.packing:
+        packed_seconds = timings[len(timings) - 1 - (peer is not None)].seconds
+        result["packed_speedup"] = {t.label: t.seconds / packed_seconds for t in timings}
     if peer is not None:
         result["speedup_vs_torch"] = timings[-1].seconds / timings[0].seconds
         result["speedup_vs_torch_with_compile"] = timings[-1].seconds / (
@@ -276,6 +294,11 @@ def describe(r: dict) -> str:
         compiled = f"{e['compile_seconds']:.1f} ({e['compiles']})" if e["compiles"] else "-"
         lines.append(f"| {e['label']} | {e['seconds']:.2f} | {e['examples_per_s']:,.0f} | "
                      f"{compiled} | {e['padded_tokens_per_real']:.2f} | {e['loss']:.4f} |")
+    if "packed_speedup" in r:
+        faster = [f"{ratio:.2f}x faster than {label}"
+                  for label, ratio in r["packed_speedup"].items()
+                  if not label.startswith("bertjax, packed")]
+        lines.append(f"packed:   an epoch {'; '.join(faster)}")
     if "speedup_vs_torch" in r:
         lines.append(f"ratio:    {r['speedup_vs_torch']:.2f}x transformers' epoch time "
                      f"({r['speedup_vs_torch_with_compile']:.2f}x counting our compilation)")

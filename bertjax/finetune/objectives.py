@@ -1,7 +1,9 @@
 """The fine-tuning losses as `StepObjective`s for the generic train step (bertjax.train.step).
 
 Each keeps sums and a weight (`task_loss_sum`, `task_correct`, `task_weight`), so micro-batches,
-devices and log windows add up exactly; zero-weight rows (batch padding) count nowhere.
+devices and log windows add up exactly; zero-weight rows (batch padding) count nowhere. Packed
+sentence rows (bertjax.finetune.packing) have a label and a weight per sequence slot, [B, S]: the
+classification and regression sums run over slots as over rows, so the loss is the same mean.
 
     classification  mean cross-entropy over examples
     regression      mean squared error over examples
@@ -71,7 +73,8 @@ def classification_sums(outputs: Mapping, batch: Mapping) -> dict:
 
 
 def regression_sums(outputs: Mapping, batch: Mapping) -> dict:
-    error = outputs["logits"][:, 0].astype(jnp.float32) - batch["label"].astype(jnp.float32)
+    # [..., 0]: scores [B], or [B, S] for packed rows.
+    error = outputs["logits"][..., 0].astype(jnp.float32) - batch["label"].astype(jnp.float32)
     return _weighted(error * error, batch["weight"].astype(jnp.float32))
 
 

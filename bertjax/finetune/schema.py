@@ -6,7 +6,8 @@ and axis names it shares). A task's features are conformed to its declaration as
 is made from conformed features (`abstract_batch`), so a key added or retyped here is added or
 retyped everywhere. Axes: `batch` rows; `seq_len` tokens (data.max_seq_len; the axis length
 buckets cut); `query_len` and `document_len` a retrieval query's and document's tokens
-(data.max_query_length, data.max_seq_len; never cut); `num_labels` a teacher's classes.
+(data.max_query_length, data.max_seq_len; never cut); `num_labels` a teacher's classes;
+`pack_slots` the sequences a packed training row can hold (`bertjax.finetune.packing`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from bertjax.data.schema import BATCH, INPUTS, SEQ_LEN, Field
 
 QUERY_LEN, DOCUMENT_LEN, NUM_LABELS = "query_len", "document_len", "num_labels"
+PACK_SLOTS = "pack_slots"
 
 WEIGHT = {"weight": Field((BATCH,), np.float32, "1 for a real row, 0 for a placeholder that "
                                                 "completes a batch (or a row not trained on)")}
@@ -68,6 +70,18 @@ TOKEN_CLASSIFICATION = {**INPUTS, **TAGS, **WEIGHT}
 QUESTION_ANSWERING = {**INPUTS, **ANSWER, **WEIGHT}
 SPAN_CLASSIFICATION = {**INPUTS, **SPAN, **CLASS_LABEL, **WEIGHT}
 RETRIEVAL = {**QUERIES, **DOCUMENTS, **WEIGHT}
+
+# Packed training rows (train.packing): several sequences a row, each label per sequence slot.
+PACKING = {
+    "positions": Field((BATCH, SEQ_LEN), np.int32, "each token's position in its own sequence"),
+    "pack_ids": Field((BATCH, SEQ_LEN), np.int32, "the token's sequence, 1 up (0: padding)"),
+    "starts": Field((BATCH, PACK_SLOTS), np.int32, "each sequence's [CLS] position"),
+    "weight": Field((BATCH, PACK_SLOTS), np.float32, "1 for a sequence, 0 for an empty slot"),
+}
+PACKED_CLASSIFICATION = {**INPUTS, **PACKING, "label": Field(
+    (BATCH, PACK_SLOTS), np.int32, "each sequence's label id")}
+PACKED_REGRESSION = {**INPUTS, **PACKING, "label": Field(
+    (BATCH, PACK_SLOTS), np.float32, "each sequence's regression target")}
 
 # The arrays a batch's length bucket cuts (`length_bucketing`): those along seq_len.
 TOKEN_KEYS = tuple(dict.fromkeys(

@@ -16,6 +16,7 @@ from bertjax.core import storage
 from bertjax.core.atomic_files import write_json
 from bertjax.finetune import distillation, evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches, process_share
+from bertjax.finetune.packing import PackedBatches
 from bertjax.finetune.schema import abstract_batch
 from bertjax.model import adaptation, prompting
 from bertjax.parallel import partitioning
@@ -57,9 +58,8 @@ class FinetuneRun:
         self.task = data.task
         self.objective = distillation.task_objective(self.task, s.distill)
         index, count = process_share(mesh)
-        self.batches = EpochBatches(data.train_features.arrays, s.train.batch_size, seed,
-                                    process_index=index, process_count=count,
-                                    buckets=s.train.buckets(s.task_settings.max_seq_len))
+        self.batches = _training_batches(s, data, seed, index, count)
+        self.padding = None  # with packing: the padding fractions results.json reports
         self.steps_per_epoch = self.batches.steps_per_epoch
         self.total = s.train.steps or s.train.epochs * self.steps_per_epoch
         self.record = {"best_step": None, "best_metric": None, "best": None, "history": []}
@@ -98,8 +98,9 @@ class FinetuneRun:
         if s.method.freezes_base:
             trains = functools.partial(adaptation.trains, method=s.method.name, fresh=self.fresh)
             optimizer = train_only(optimizer, trains)
-        shapes = abstract_batch(self.data.train_features.arrays, s.train.batch_size,
-                                partitioning.batch_sharding(mesh))
+        template = (self.batches.template if s.train.packing
+                    else self.data.train_features.arrays)
+        shapes = abstract_batch(template, s.train.batch_size, partitioning.batch_sharding(mesh))
         warm = None
         if start.source is not None and start.source.params is not None:
             def warm(params, shardings):
@@ -145,10 +146,20 @@ class FinetuneRun:
                       f"{bucketed:.2f} padding tokens per real token ({unbucketed:.2f} all "
                       f"padded to {s.task_settings.max_seq_len}); first epoch's batch lengths "
                       f"{', '.join(map(str, self.batches.lengths_used()))}", file=sys.stderr)
+            if s.train.packing:
+                self._report_packing()
             # The longest bucket first: the step with the largest memory, refused before any
             # training if it does not fit.
             self._compiled_for(self.batches.length_bound())
         return model, begun.shardings
+
+    def _report_packing(self) -> None:
+        b, max_len = self.batches, self.s.task_settings.max_seq_len
+        self.padding = b.padding(self.s.train.buckets(max_len))
+        if self.is_main:
+            shown = ", ".join(f"{v:.1%} {k.replace('_', ' ')}" for k, v in self.padding.items())
+            print(f"packing: {b.sequences} sequences in {b.rows_per_epoch} rows of {max_len} "
+                  f"tokens (up to {b.slots} a row); padding {shown}", file=sys.stderr)
 
     def _compiled_for(self, length: int | None):
         """The train step compiled for batches cut to `length` tokens (None: uncut), once per
@@ -233,6 +244,8 @@ class FinetuneRun:
             "train_rows": len(d.train_features), "eval_examples": len(d.eval_examples),
             "counted": d.counted, "init_checkpoint": self.s.init_checkpoint,
             "wall_seconds": round(time.perf_counter() - self.started, 1)}
+        if self.padding is not None:
+            results["train_padding"] = self.padding
         if self.is_main:
             write_json(os.path.join(self.workdir, RESULTS_FILE), results)
             print(f"best {task.main_metric} {evaluation.shown(record['best_metric'])} at step "
@@ -246,6 +259,16 @@ class FinetuneRun:
     def close(self) -> None:
         self.writer.close()
         self.checkpointer.close()
+
+
+def _training_batches(s, data, seed: int, index: int, count: int):
+    """The run's training batches: packed rows (train.packing) or length-bucketed ones."""
+    arrays, max_len = data.train_features.arrays, s.task_settings.max_seq_len
+    if s.train.packing:
+        return PackedBatches(arrays, s.train.batch_size, seed, max_len, data.task.packed_batch,
+                             process_index=index, process_count=count)
+    return EpochBatches(arrays, s.train.batch_size, seed, process_index=index,
+                        process_count=count, buckets=s.train.buckets(max_len))
 
 
 def _vocabulary_prompt(params, shardings, tokenizer, seed: int):

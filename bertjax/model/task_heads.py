@@ -3,7 +3,8 @@
     SequenceClassifier  {"encoder", "classifier": {"kernel" [H, C], "bias" [C]}}
                         pooled output -> dropout -> dense (BertForSequenceClassification;
                         regression is C = 1); with `prompt_length` also "soft_prompt" and a
-                        frozen encoder (bertjax.model.prompting)
+                        frozen encoder (bertjax.model.prompting); packed rows (a batch with
+                        `starts`): the same head on each packed sequence's own [CLS]
     TokenClassifier     {"encoder", "classifier": {"kernel" [H, C], "bias" [C]}
                          (+ "crf": {"transitions" [C, C], "start_transitions" [C],
                                     "end_transitions" [C]})}
@@ -48,8 +49,22 @@ def _head(config: EncoderConfig, features: int, name: str) -> nn.Dense:
     return dense(config, features, ("embed", None), name, dtype="float32")
 
 
+def _packed_pooled(config: EncoderConfig, batch: Mapping[str, Array], deterministic: bool,
+                   frozen: bool) -> Array:
+    """[B, S, H]: the pooled output of each packed sequence, tanh(pooler(its [CLS])): what the
+    encoder pools at position 0 of an unpacked row, with the same pooler parameters."""
+    encoder = Encoder(config, name="encoder")
+    encoded = encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+                      deterministic=deterministic or frozen, positions=batch["positions"],
+                      pack_ids=batch["pack_ids"])
+    firsts = jnp.take_along_axis(encoded.sequence, batch["starts"][..., None], axis=1)
+    pooled = jnp.tanh(encoder.pooler(firsts))
+    return jax.lax.stop_gradient(pooled) if frozen else pooled
+
+
 class SequenceClassifier(nn.Module):
-    """Outputs `logits` [B, C] (C = 1: regression scores)."""
+    """Outputs `logits` [B, C] (C = 1: regression scores); [B, S, C] for packed rows (a
+    `starts` [B, S] in the batch, bertjax.finetune.packing), one per sequence slot."""
 
     config: EncoderConfig
     num_labels: int
@@ -59,11 +74,13 @@ class SequenceClassifier(nn.Module):
     @nn.compact
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool = True) -> dict:
         cfg = self.config
-        if self.prompt_length:
-            encoded, _ = prompting.encode(cfg, batch, deterministic, self.prompt_length)
+        if "starts" in batch:  # the settings refuse packing with a soft prompt
+            pooled = _packed_pooled(cfg, batch, deterministic, self.freeze_encoder)
+        elif self.prompt_length:
+            pooled = prompting.encode(cfg, batch, deterministic, self.prompt_length)[0].pooled
         else:
-            encoded = _encode(cfg, batch, deterministic, self.freeze_encoder)
-        pooled = nn.Dropout(cfg.hidden_dropout)(encoded.pooled, deterministic=deterministic)
+            pooled = _encode(cfg, batch, deterministic, self.freeze_encoder).pooled
+        pooled = nn.Dropout(cfg.hidden_dropout)(pooled, deterministic=deterministic)
         return {"logits": _head(cfg, self.num_labels, "classifier")(pooled.astype(jnp.float32))}
 
 

@@ -51,6 +51,7 @@ class TrainSettings:
     log_every: int
     checkpoint_every: int
     bucket_multiple: int  # batches cut to multiples of this many tokens; 0: max_seq_len
+    packing: bool = False  # training rows packed with several sequences (finetune.packing)
 
     def buckets(self, max_seq_len: int) -> tuple[int, ...]:
         return length_buckets.bucket_lengths(self.bucket_multiple, max_seq_len)
@@ -133,6 +134,8 @@ def read(config, *, require_data: bool = True) -> FinetuneSettings:
                                            init_checkpoint=init,
                                            from_checkpoint=model.from_checkpoint))
     result.optimizer_config(max(train.steps, 1))  # refuses bad optimizer settings by name
+    if train.packing:
+        _check_packing(result)
     return result
 
 
@@ -157,7 +160,7 @@ def _data(d: Section, task: str) -> DataSettings:
 def _train(t: Section) -> TrainSettings:
     train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
                           t.accumulation_steps, t.seed, t.restarts, t.log_every,
-                          t.checkpoint_every, t.bucket_multiple)
+                          t.checkpoint_every, t.bucket_multiple, t.packing)
     _check_train(train)
     return train
 
@@ -203,6 +206,19 @@ def _check_method(method: MethodSettings, task: str, freeze_encoder: bool,
         raise UserError(f"finetune.prompt_length {method.prompt} leaves no room for text in "
                         f"data.max_seq_len {max_seq_len} ([CLS], the prompt, a token and [SEP] "
                         f"need {method.prompt + 3})")
+
+
+def _check_packing(s: FinetuneSettings) -> None:
+    """Packing pools each sequence's own [CLS] in SequenceClassifier: what a soft prompt (its
+    vectors after the row's first [CLS]), a cloze head (one [MASK] a row) or a teacher's logits
+    (one row each) have no slot for."""
+    if task_class(s.task).packed_batch is None:
+        raise UserError("train.packing works with task=finetune_classification or "
+                        f"finetune_regression (sentences and pairs), not {s.task}")
+    if s.method.prompt or s.method.cloze:
+        raise UserError(f"train.packing does not work with finetune.method={s.method.name}")
+    if s.distill is not None:
+        raise UserError("train.packing does not work with distillation (the distill section)")
 
 
 def _check_retrieval(d: Section, f: Section) -> None:

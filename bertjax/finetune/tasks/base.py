@@ -99,6 +99,8 @@ class Task(abc.ABC):
     metrics: tuple[str, ...]  # what `evaluate` reports; the first is the default main metric
     batch: dict[str, Field]  # its features' arrays, declared in `bertjax.finetune.schema`
     optional_batch: dict[str, Field] = {}  # arrays some of its feature sets add
+    # Its packed training rows (train.packing); None: the task is not trained packed.
+    packed_batch: dict[str, Field] | None = None
     regression = False
 
     def __init__(self, settings: TaskSettings, labels: Sequence[str]):

@@ -18,6 +18,7 @@ from bertjax.model.prompting import ClozeClassifier
 class ClozeClassification(Classification):
     head = "cloze_classification"
     batch = schema.CLOZE
+    packed_batch = None  # scored at the template's [MASK], not at [CLS]
 
     def __init__(self, settings: TaskSettings, labels: Sequence[str], tokenizer: Tokenizer):
         super().__init__(settings, labels)

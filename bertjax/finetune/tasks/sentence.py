@@ -31,6 +31,7 @@ class Classification(Task):
     head = "sequence_classification"
     kind = "text"
     batch = schema.CLASSIFICATION
+    packed_batch = schema.PACKED_CLASSIFICATION
     metrics = ("accuracy", "mcc", "f1")
     objective = objectives.CLASSIFICATION
 
@@ -84,6 +85,7 @@ class Regression(Task):
     head = "regression"
     kind = "text"
     batch = schema.REGRESSION
+    packed_batch = schema.PACKED_REGRESSION
     metrics = ("pearson", "spearman", "mse")
     objective = objectives.REGRESSION
     regression = True
