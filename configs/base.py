@@ -48,6 +48,9 @@ def get_config() -> ml_collections.ConfigDict:
     config.data.vocab_size = 30522
     config.data.lowercase = True
     config.data.short_seq_prob = 0.1
+    # objective roberta: keep the documents packed into a row apart (each attends to itself only,
+    # positions restart), as ModernBERT packs; False is RoBERTa's, attending across them.
+    config.data.separate_documents = False
     config.data.eval_fraction = 0.01        # documents held out for evaluation
     config.data.workers = 2                 # background batch builders
     config.data.prefetch = 4                # batches built ahead of the step

@@ -4,7 +4,7 @@ The architecture: rotary positions (theta 160,000 in the global layers, 10,000 i
 ones), pre-norm with a norm after the embeddings and after the last layer, GeGLU (up projection
 2 x 1,152), no biases in the dense layers or the norms, every third layer global (layer 0 first)
 and the others a 128-token sliding window; no segment embeddings, no NSP. The recipe: MLM only
-on full sentences (RoBERTa-style) at 1,024 tokens with 30% masking, StableAdamW and a
+on full sentences packed without cross-document attention at 1,024 tokens with 30% masking, StableAdamW and a
 warmup-stable-decay schedule. ModernBERT's context extension (8,192 tokens, the global layers'
 rotary base raised from 10,000 to 160,000) is the long phase of the length schedule: set
 `schedule.long_fraction` to the share of steps it takes.
@@ -40,6 +40,7 @@ def get_config():
     config.model.preset = "modernbert_base"
     set_architecture(config)
     config.objective = "roberta"
+    config.data.separate_documents = True
     config.masking.mask_prob = 0.3
     config.schedule.short_seq_len = 1024
     config.schedule.short_max_predictions = 320

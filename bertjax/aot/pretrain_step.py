@@ -63,7 +63,7 @@ class PretrainTarget:
         s = self.s
         return abstract_batch(s.train.batch_size, phase.seq_len, phase.max_predictions,
                               nsp=s.objective.nsp, span=s.masking.strategy == "span",
-                              sharding=self.sharding)
+                              packed=s.objective.mode == "documents", sharding=self.sharding)
 
     def _step(self, encoder, accumulation: int):
         model, objective = pretraining_model.build(self.s, encoder)

@@ -14,6 +14,10 @@ vectorized numpy (see `greedy_boundaries`), and follow the references exactly:
 - "full_sentences" (RoBERTa FULL-SENTENCES, fairseq `TokenBlockDataset` break_mode="complete"):
   whole sentences packed greedily up to seq_len - 2 tokens, crossing document boundaries with a
   [SEP] between documents. A sentence longer than the budget is an example of its own, truncated.
+- "documents": the same rows as "full_sentences", each token labelled with the document it
+  belongs to (its pack id; a document's [SEP] is its own, [CLS] the first document's) and its
+  position inside that document, so that the model can keep packed documents from seeing one
+  another (ModernBERT's packing without cross-contamination).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.tokenizer import SpecialIds
 from bertjax.core.errors import UserError, check_choice
 
-MODES = ("nsp", "full_sentences")
+MODES = ("nsp", "full_sentences", "documents")
 MIN_SEQ_LEN = 5  # [CLS] A [SEP] B [SEP] with one token on each side
 IS_NEXT, NOT_NEXT = 0, 1
 
@@ -41,6 +45,7 @@ class Example:
     nsp_label: int               # IS_NEXT / NOT_NEXT; -1 in full_sentences mode
     a_sentences: tuple[int, int]  # global sentence range of A (of all text, in full_sentences)
     b_sentences: tuple[int, int]  # global sentence range of B ((0, 0) in full_sentences)
+    pack_ids: np.ndarray | None = None  # int32, "documents" mode: 1, 2, .. a document
 
 
 def greedy_boundaries(step: Callable[[np.ndarray], np.ndarray], n: int,
@@ -263,14 +268,20 @@ class ExampleSource:
     def _packed(self, start: int, end: int, seq_len: int) -> Example:
         corpus, sep = self.corpus, self.special.sep
         first_doc, last_doc = self._document_of(np.array([start, end - 1]))
-        pieces = []
+        pieces, owners = [], []
         for document in range(int(first_doc), int(last_doc) + 1):
             if not self.in_split[document]:
                 continue
             doc_start, doc_end = corpus.document_sentences(document)
-            if pieces:
+            if pieces:  # the [SEP] that ends the previous document is that document's
                 pieces.append(np.array([sep], np.int32))
+                owners.append(np.full(1, len(owners) // 2 + 1, np.int32))
             pieces.append(corpus.tokens(max(start, doc_start), min(end, doc_end)))
+            owners.append(np.full(pieces[-1].size, len(owners) // 2 + 1, np.int32))
         body = np.concatenate(pieces)[:seq_len - 2]
         ids = np.concatenate([[self.special.cls], body, [sep]]).astype(np.int32)
-        return Example(ids, np.zeros(ids.size, np.int32), -1, (start, end), (0, 0))
+        pack_ids = None
+        if self.mode == "documents":
+            owner = np.concatenate(owners)[:seq_len - 2]
+            pack_ids = np.concatenate([owner[:1], owner, owner[-1:]]).astype(np.int32)
+        return Example(ids, np.zeros(ids.size, np.int32), -1, (start, end), (0, 0), pack_ids)

@@ -63,25 +63,42 @@ class BatchBuilder:
     def build(self, phase: Phase, first: int, count: int) -> dict[str, np.ndarray]:
         seq_len, source = phase.seq_len, self.source
         nsp, span = source.mode == "nsp", self.masker.config.strategy == "span"
+        packed = source.mode == "documents"
         spec = schema.pretraining_batch_spec(count, seq_len, phase.max_predictions, nsp=nsp,
-                                             span=span)
+                                             span=span, packed=packed)
         shape, dtype = spec["input_ids"]
         ids = np.full(shape, source.special.pad, dtype)
         segment_ids = np.zeros(*spec["segment_ids"])
         lengths = np.zeros(count, np.int64)
         nsp_label = np.zeros(count, schema.NSP_FIELDS["nsp_label"].dtype)
+        pack_ids = np.zeros(shape, np.int32)
         for row, example in enumerate(self.examples(seq_len, first, count)):
             lengths[row] = example.input_ids.size
             ids[row, :lengths[row]] = example.input_ids
             segment_ids[row, :lengths[row]] = example.segment_ids
             nsp_label[row] = example.nsp_label
+            if packed:
+                pack_ids[row, :lengths[row]] = example.pack_ids
         masked = self.masker.mask_batch(ids, phase.max_predictions,
                                         self.generators(MASK, list(range(first, first + count))))
         batch = {"input_ids": masked.pop("input_ids"), "segment_ids": segment_ids,
                  "input_mask": np.arange(seq_len) < lengths[:, None], **masked}
         if nsp:
             batch["nsp_label"] = nsp_label
-        return schema.conform(batch, count, seq_len, phase.max_predictions, nsp=nsp, span=span)
+        if packed:
+            batch.update(pack_ids=pack_ids, positions=positions_in_documents(pack_ids))
+        return schema.conform(batch, count, seq_len, phase.max_predictions, nsp=nsp, span=span,
+                              packed=packed)
+
+
+def positions_in_documents(pack_ids: np.ndarray) -> np.ndarray:
+    """Each token's position counted from the first token of its document (pack id) in its row;
+    padding (pack id 0) counts on from the last document, which no one attends to."""
+    index = np.broadcast_to(np.arange(pack_ids.shape[1]), pack_ids.shape)
+    starts = np.ones(pack_ids.shape, bool)
+    starts[:, 1:] = (pack_ids[:, 1:] != pack_ids[:, :-1]) & (pack_ids[:, 1:] != 0)
+    first = np.maximum.accumulate(np.where(starts, index, 0), axis=1)
+    return (index - first).astype(np.int32)
 
 
 class PretrainingData:

@@ -47,18 +47,27 @@ SPAN_FIELDS = {
 }
 
 
-def fields(*, nsp: bool, span: bool) -> dict[str, Field]:
-    """The keys of a batch with (or without) next-sentence labels and span fields."""
+# Packed documents kept apart (example mode "documents"): what the encoder reads beside INPUTS.
+PACKING_FIELDS = {
+    "pack_ids": Field((BATCH, SEQ_LEN), np.int32, "1, 2, .. the document a token belongs to; "
+                                                  "0 for padding"),
+    "positions": Field((BATCH, SEQ_LEN), np.int32, "a token's position inside its document"),
+}
+
+
+def fields(*, nsp: bool, span: bool, packed: bool = False) -> dict[str, Field]:
+    """The keys of a batch with (or without) next-sentence labels, span and packing fields."""
     return {**INPUTS, **MLM_TARGETS, **(NSP_FIELDS if nsp else {}),
-            **(SPAN_FIELDS if span else {})}
+            **(SPAN_FIELDS if span else {}), **(PACKING_FIELDS if packed else {})}
 
 
 def pretraining_batch_spec(batch_size: int, seq_len: int, max_predictions: int, *, nsp: bool,
-                           span: bool) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+                           span: bool, packed: bool = False
+                           ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """key -> (shape, dtype) of a batch of `batch_size` rows."""
     sizes = {BATCH: batch_size, SEQ_LEN: seq_len, PREDICTIONS: max_predictions}
     return {key: (tuple(sizes[axis] for axis in field.axes), np.dtype(field.dtype))
-            for key, field in fields(nsp=nsp, span=span).items()}
+            for key, field in fields(nsp=nsp, span=span, packed=packed).items()}
 
 
 def zeros_batch(batch_size: int, seq_len: int, max_predictions: int, *, nsp: bool,
@@ -70,16 +79,18 @@ def zeros_batch(batch_size: int, seq_len: int, max_predictions: int, *, nsp: boo
 
 def with_declared_dtypes(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """`arrays` (some of a batch's keys) cast to the dtypes declared for them."""
-    declared = fields(nsp=True, span=True)
+    declared = fields(nsp=True, span=True, packed=True)
     return {key: np.asarray(value).astype(declared[key].dtype, copy=False)
             for key, value in arrays.items()}
 
 
 def conform(batch: Mapping[str, np.ndarray], batch_size: int, seq_len: int,
-            max_predictions: int, *, nsp: bool, span: bool) -> dict[str, np.ndarray]:
+            max_predictions: int, *, nsp: bool, span: bool,
+            packed: bool = False) -> dict[str, np.ndarray]:
     """`batch` cast to the declared dtypes, once its keys and shapes are checked against the
     declaration: a producer that drifts from it fails here rather than in a compiled step."""
-    spec = pretraining_batch_spec(batch_size, seq_len, max_predictions, nsp=nsp, span=span)
+    spec = pretraining_batch_spec(batch_size, seq_len, max_predictions, nsp=nsp, span=span,
+                                  packed=packed)
     if set(batch) != set(spec):
         raise AssertionError(f"the batch lacks {sorted(set(spec) - set(batch))} and has "
                              f"{sorted(set(batch) - set(spec))} beyond the schema")

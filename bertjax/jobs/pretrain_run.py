@@ -55,7 +55,7 @@ class PretrainRun:
         s = self.s
         return abstract_batch(s.train.batch_size, phase.seq_len, phase.max_predictions,
                               nsp=s.objective.nsp, span=s.masking.strategy == "span",
-                              sharding=self.batch_sharding)
+                              packed=s.objective.mode == "documents", sharding=self.batch_sharding)
 
     def _compile(self) -> dict:
         """The train step per sequence length of the phases not yet done."""

@@ -45,6 +45,7 @@ class CorpusSettings:
     vocab_size: int
     lowercase: bool
     short_seq_prob: float
+    separate_documents: bool  # read into the objective's example mode ("documents")
     eval_fraction: float
     workers: int
     prefetch: int
@@ -137,6 +138,12 @@ def _objective(config: Section) -> PretrainingObjective:
     if name not in OBJECTIVES:
         raise UserError(f"unknown objective {name!r}; choose one of {', '.join(OBJECTIVES)}")
     nsp, sbo, mode = OBJECTIVES[name]
+    if config.data.separate_documents:
+        if mode != "full_sentences" or name == "electra":  # ELECTRA's generator reads no packs
+            raise UserError(f"data.separate_documents keeps the documents packed into a row "
+                            f"apart: objective {name} does not support it (roberta and "
+                            f"spanbert do)")
+        mode = "documents"
     if sbo and config.masking.strategy != "span":
         raise UserError("objective spanbert needs masking.strategy='span' (the span boundary "
                         f"objective predicts masked spans), got {config.masking.strategy!r}")

@@ -17,10 +17,11 @@ from bertjax.data.schema import pretraining_batch_spec
 
 
 def abstract_batch(global_batch: int, seq_len: int, max_predictions: int, *, nsp: bool,
-                   span: bool, sharding=None) -> dict:
+                   span: bool, sharding=None, packed: bool = False) -> dict:
     """The batch (schema.py's) as abstract global arrays (`jax.ShapeDtypeStruct`), to compile a
     step for its shape."""
-    spec = pretraining_batch_spec(global_batch, seq_len, max_predictions, nsp=nsp, span=span)
+    spec = pretraining_batch_spec(global_batch, seq_len, max_predictions, nsp=nsp, span=span,
+                                  packed=packed)
     return {key: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
             for key, (shape, dtype) in spec.items()}
 
