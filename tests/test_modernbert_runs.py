@@ -8,8 +8,10 @@ import signal
 
 import numpy as np
 import pytest
+import transformers
 
 import bertjax
+import cli_in_process
 from bertjax.inference import loading
 from finetune_runs import finetune, results
 from pretrain_runs import run_child, tiny_args
@@ -98,3 +100,21 @@ def test_a_modernbert_run_fine_tunes_predicts_and_embeds(straight_run, tmp_path)
     assert [p["label"] in ("negative", "positive") for p in predictions] == [True, True]
     vectors = bertjax.load(straight_run).embed(["the river flows north", "a small town"])
     assert vectors.shape[0] == 2 and np.all(np.isfinite(vectors))
+
+
+def test_the_runs_export_loads_in_transformers_with_its_tokenizer(straight_run, tmp_path):
+    """`export --format hf` of the run: ModernBertForMaskedLM with no missing or unexpected
+    keys, and AutoTokenizer (a fast tokenizer only, for ModernBert) reading our WordPiece
+    vocabulary as we do, with [CLS] and [SEP] around the text."""
+    out = str(tmp_path / "hf")
+    run = cli_in_process.run("export", "--workdir", straight_run, "--format", "hf",
+                             "--output", out)
+    assert run.returncode == 0, run.stderr
+    model, info = transformers.ModernBertForMaskedLM.from_pretrained(
+        out, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    ours = loading.load(straight_run).tokenizer()
+    auto = transformers.AutoTokenizer.from_pretrained(out)
+    for text in ("The river flows north of the old town.", "Zürich, 1990: a (small) test!"):
+        expected = [ours.special.cls, *ours.encode(text).tolist(), ours.special.sep]
+        assert auto(text)["input_ids"] == expected

@@ -147,8 +147,9 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
             os.makedirs(directory, exist_ok=True)
             hf_files.write_model(directory, hf.config, hf.state_dict)
             if vocabulary is not None:
-                note = hf_files.write_tokenizer(directory, vocabulary,
-                                                bundle.encoder.max_position_embeddings)
+                note = hf_files.write_tokenizer(
+                    directory, vocabulary, bundle.encoder.max_position_embeddings,
+                    fast=hf.config.get("model_type") == "modernbert")
                 notes += [note] if note and not subdir else []
     return notes + warnings
 

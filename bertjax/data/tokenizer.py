@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from bertjax.core import transfer
 from bertjax.core.errors import UserError
@@ -55,6 +55,16 @@ class WordPieceTokenizer(Tokenizer):
         self._tok = tok
         self._index = index
         self.special = SpecialIds(*(index[t] for t in SPECIAL_TOKENS))
+
+    def to_json(self) -> str:
+        """This vocabulary as a fast tokenizer's tokenizer.json, as transformers' BERT tokenizer
+        writes it: the special tokens registered, [CLS] A [SEP] (B [SEP]) added around text."""
+        tok = HFTokenizer.from_str(self._tok.to_str())
+        tok.add_special_tokens(list(SPECIAL_TOKENS))
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{CLS} $A {SEP}", pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+            special_tokens=[(CLS, self.special.cls), (SEP, self.special.sep)])
+        return tok.to_str()
 
     def __getstate__(self):
         return {"vocab": self._vocab, "lowercase": self.lowercase}

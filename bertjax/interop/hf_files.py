@@ -124,8 +124,11 @@ def write_model(directory: str, config: dict, state_dict: dict[str, np.ndarray])
     save_file(arrays, os.path.join(directory, SAFETENSORS), metadata={"format": "pt"})
 
 
-def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int) -> str | None:
+def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int,
+                    fast: bool = False) -> str | None:
     """BertTokenizer's files for a WordPiece vocabulary; returns a warning when there is none.
+    `fast` adds its tokenizer.json, which transformers needs for a model type whose own
+    tokenizer is a fast one only (ModernBert's).
 
     `strip_accents` stays null: BERT then strips accents exactly when it lowercases, which is
     what our WordPiece tokenizer does.
@@ -140,6 +143,9 @@ def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int)
                 f"{BERTJAX_TOKENIZER}/ (bertjax.data.tokenizer.load_tokenizer reads it)")
     with open(os.path.join(directory, VOCAB), "w", encoding="utf-8") as f:
         f.writelines(tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size))
+    if fast:
+        with open(os.path.join(directory, JSON_FILE), "w", encoding="utf-8") as f:
+            f.write(tokenizer.to_json())
     special = dict(zip(_SPECIAL_NAMES, SPECIAL_TOKENS))
     config = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lowercase,
               "strip_accents": None, "tokenize_chinese_chars": True, "do_basic_tokenize": True,
