@@ -145,6 +145,7 @@ def test_impossible_architectures_are_refused_by_name(changes, phrase):
     ("--config.model.sliding_window=16384", "model.sliding_window 16384 is not narrower"),
     ("--config.model.intermediate_size=2303", "2303 is odd"),
     ("--config.model.rope_theta=1000.0", "model.rope_theta=1000.0"),
+    ("--config.model.sliding_window=2048", "model.sliding_window 2048 is wider than the longest"),
 ])
 def test_the_cli_refuses_them_in_one_line_before_writing(tmp_path, override, phrase):
     workdir = tmp_path / "run"

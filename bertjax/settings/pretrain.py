@@ -114,6 +114,10 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     if longest > model.max_position_embeddings and not model.from_checkpoint:
         raise UserError(f"schedule sequence length {longest} exceeds "
                         f"model.max_position_embeddings {model.max_position_embeddings}")
+    window = model.architecture["sliding_window"]
+    if window > longest and not model.from_checkpoint:
+        raise UserError(f"model.sliding_window {window} is wider than the longest sequence the "
+                        f"schedule trains ({longest} tokens): every layer would be global")
     init = config.init_checkpoint.strip()
     if model.from_checkpoint and not init:
         raise UserError("model.preset=from_checkpoint takes the model shape from "
