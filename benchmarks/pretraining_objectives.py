@@ -54,6 +54,7 @@ class Objective:
     mlm: tuple[str, str]
     own: tuple[tuple[str, str], ...] = ()
     mask_prob: float = 0.15  # the prediction budget follows it, so the rate is not clipped
+    sliding_window: int = 0  # its window, narrowed to --seq-len when that is shorter
 
 
 OBJECTIVES = {
@@ -69,7 +70,7 @@ OBJECTIVES = {
     # ModernBERT's architecture and recipe (rotary, pre-norm, GeGLU, sliding windows, 30%
     # masking, RoBERTa's full sentences) at the same size class; its optimizer stays its own.
     "modernbert": Objective("configs/modernbert.py", ("MLM (30%)", "eval_mlm_accuracy"),
-                            mask_prob=0.3),
+                            mask_prob=0.3, sliding_window=128),
 }
 TASKS = {  # name: (config, metric shown)
     "sentiment": ("configs/finetune_sentiment.py", "accuracy"),
@@ -123,10 +124,13 @@ def _has_config(objective: Objective) -> bool:
     return os.path.isfile(os.path.join(REPO, objective.config))
 
 
-def pretrain_overrides(args, prepared: str, mask_prob: float = 0.15) -> dict:
+def pretrain_overrides(args, prepared: str, objective: Objective | None = None) -> dict:
     """The budget every objective gets alike (the prediction slots follow its masking rate)."""
-    predictions = math.ceil(args.seq_len * mask_prob)  # 20 at 128 tokens and 15%, as BERT
-    return {
+    objective = objective or OBJECTIVES["bert"]
+    predictions = math.ceil(args.seq_len * objective.mask_prob)  # 20 at 128 tokens and 15%
+    window = {"model.sliding_window": min(objective.sliding_window, args.seq_len // 2 * 2)
+              } if objective.sliding_window else {}
+    return {**window,
         "data.prepared": prepared, "data.eval_fraction": 0.05,
         "model.preset": args.size, "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
         "schedule.short_seq_len": args.seq_len, "schedule.long_seq_len": args.seq_len,
@@ -214,7 +218,7 @@ def last_eval(workdir: str) -> dict:
 
 def pretrain(args, name: str, prepared: str) -> dict:
     objective = OBJECTIVES[name]
-    overrides = pretrain_overrides(args, prepared, objective.mask_prob)
+    overrides = pretrain_overrides(args, prepared, objective)
     run_key = key(name, objective.config, {k: v for k, v in overrides.items()
                                            if k != "data.prepared"})
     workdir = os.path.join(args.workdir, f"pretrain-{name}-{run_key}")

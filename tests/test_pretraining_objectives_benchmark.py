@@ -31,8 +31,7 @@ bench = _benchmark()
 def _settings(name: str, args):
     objective = bench.OBJECTIVES[name]
     config = _module(objective.config).get_config()
-    config.update_from_flattened_dict(
-        bench.pretrain_overrides(args, "/prepared", objective.mask_prob))
+    config.update_from_flattened_dict(bench.pretrain_overrides(args, "/prepared", objective))
     return settings.read(config)
 
 
@@ -50,9 +49,12 @@ def test_every_objective_gets_the_same_budget():
         assert modern.model.preset == "mini" and modern.model.architecture["norm"] == "pre"
         assert modern.train == reference.train
         # The corpus is prepared once with its own vocabulary: the config's size is not read.
-        assert dataclasses.replace(modern.data, vocab_size=0) == \
+        # ... and ModernBERT's recipe keeps packed documents apart.
+        assert modern.data.separate_documents and not reference.data.separate_documents
+        assert dataclasses.replace(modern.data, vocab_size=0, separate_documents=False) == \
             dataclasses.replace(reference.data, vocab_size=0)
         assert modern.optimizer.name == "stable_adamw"
+        assert modern.model.architecture["sliding_window"] == 64  # narrowed to --seq-len
         assert [(p.seq_len, p.max_predictions) for p in modern.schedule.phases] == [(64, 20)]
         assert modern.masking.mask_prob == 0.3
     for name, s in read.items():
