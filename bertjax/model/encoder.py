@@ -24,7 +24,7 @@ from bertjax.model import adaptation
 from bertjax.model.attention import AttentionContext, attend, context
 from bertjax.model.config import EncoderConfig
 from bertjax.model.embeddings import HIDDEN_AXES, Embeddings
-from bertjax.model.primitives import EinsumDense, dense, gelu, layer_norm
+from bertjax.model.primitives import EinsumDense, dense, gather_positions, gelu, layer_norm
 
 Array = jax.Array
 
@@ -109,11 +109,10 @@ class TransformerLayer(nn.Module):
                      else jnp.equal(index % cfg.global_attention_every, 0))
         attention_norm = layer_norm(cfg, "attention_norm")
         attention_input = x
-        if pre:
+        if pre:  # layer 0 still owns the norm, so that every layer has the same parameters
             normed = attention_norm(x).astype(cfg.dtype)
-            attention_input = (x if isinstance(index, int) and index == 0 else
-                               normed if isinstance(index, int) else
-                               jnp.where(index == 0, x, normed))
+            first = index == 0 if isinstance(index, int) else jnp.equal(index, 0)
+            attention_input = jnp.where(first, x, normed)
         attended = SelfAttention(cfg, name="attention")(attention_input, ctx, is_global,
                                                         deterministic)
         x = self._residual(x, attended, "attention", None if pre else attention_norm,
@@ -205,10 +204,12 @@ class Encoder(nn.Module):
 
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, *,
                  deterministic: bool = True, prompt: Array | None = None,
-                 positions: Array | None = None, pack_ids: Array | None = None) -> EncoderOutput:
+                 positions: Array | None = None, pack_ids: Array | None = None,
+                 pool_positions: Array | None = None) -> EncoderOutput:
         """`prompt`: soft-prompt vectors for the embeddings (see Embeddings). Packed rows give
-        `positions` [B, L] (restarting at each sequence) and `pack_ids` [B, L] (a token attends
-        only to tokens of its own sequence)."""
+        `positions` [B, L] (restarting at each sequence), `pack_ids` [B, L] (a token attends
+        only to tokens of its own sequence) and `pool_positions` [B, S] (each sequence's [CLS]:
+        `pooled` is then [B, S, H])."""
         cfg = self.config
         x = self.embeddings(input_ids, segment_ids, deterministic, prompt, positions)
         ctx = context(cfg, input_mask, positions, pack_ids)
@@ -219,7 +220,8 @@ class Encoder(nn.Module):
             x = self.final_norm(x).astype(cfg.dtype)
             if self.all_layers:  # Hugging Face's last hidden state is after the final norm
                 stacked = stacked.at[-1].set(x)
-        pooled = jnp.tanh(self.pooler(x[:, 0]))
+        first = x[:, 0] if pool_positions is None else gather_positions(x, pool_positions)
+        pooled = jnp.tanh(self.pooler(first))
         layers = jnp.concatenate([embedded[None], stacked]) if self.all_layers else None
         return EncoderOutput(sequence=x, pooled=pooled, layers=layers)
 

@@ -38,28 +38,17 @@ MASKED_LOGIT = -1e9
 
 def _encode(config: EncoderConfig, batch: Mapping[str, Array], deterministic: bool,
             frozen: bool) -> EncoderOutput:
+    # Packed rows (bertjax.finetune.packing) carry positions, pack ids and each sequence's start.
     encoded = Encoder(config, name="encoder")(
         batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-        deterministic=deterministic or frozen)
+        deterministic=deterministic or frozen, positions=batch.get("positions"),
+        pack_ids=batch.get("pack_ids"), pool_positions=batch.get("starts"))
     return jax.lax.stop_gradient(encoded) if frozen else encoded
 
 
 def _head(config: EncoderConfig, features: int, name: str) -> nn.Dense:
     # fp32: a handful of outputs, negligible cost, and the loss sees them directly.
     return dense(config, features, ("embed", None), name, dtype="float32")
-
-
-def _packed_pooled(config: EncoderConfig, batch: Mapping[str, Array], deterministic: bool,
-                   frozen: bool) -> Array:
-    """[B, S, H]: the pooled output of each packed sequence, tanh(pooler(its [CLS])): what the
-    encoder pools at position 0 of an unpacked row, with the same pooler parameters."""
-    encoder = Encoder(config, name="encoder")
-    encoded = encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
-                      deterministic=deterministic or frozen, positions=batch["positions"],
-                      pack_ids=batch["pack_ids"])
-    firsts = jnp.take_along_axis(encoded.sequence, batch["starts"][..., None], axis=1)
-    pooled = jnp.tanh(encoder.pooler(firsts))
-    return jax.lax.stop_gradient(pooled) if frozen else pooled
 
 
 class SequenceClassifier(nn.Module):
@@ -74,9 +63,7 @@ class SequenceClassifier(nn.Module):
     @nn.compact
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool = True) -> dict:
         cfg = self.config
-        if "starts" in batch:  # the settings refuse packing with a soft prompt
-            pooled = _packed_pooled(cfg, batch, deterministic, self.freeze_encoder)
-        elif self.prompt_length:
+        if self.prompt_length:  # the settings refuse packing with a soft prompt
             pooled = prompting.encode(cfg, batch, deterministic, self.prompt_length)[0].pooled
         else:
             pooled = _encode(cfg, batch, deterministic, self.freeze_encoder).pooled
