@@ -16,7 +16,7 @@ PACKAGE = os.path.join(ROOT, "bertjax")
 # top of a module would slow every command down (or they are optional extras).
 DEFERRABLE = frozenset({"torch", "transformers", "tensorflow", "tensorflow_datasets", "faiss",
                         "bm25s", "Stemmer", "sklearn", "matplotlib", "tensorboardX",
-                        "google"})
+                        "google", "rdata"})
 # `bertjax.load` imports the Python API when called, so that `import bertjax` stays free of JAX:
 # the entry points re-execute themselves (huge pages) before any heavy import.
 LAZY_ROOT_API = ("bertjax/__init__.py", "bertjax.inference.api")

