@@ -86,6 +86,12 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.eval_every = 10_000
     config.train.eval_batches = 20
     config.train.plot = False               # loss/accuracy curves to WORKDIR/curves.png
+    # Minutes of wall time to train for (0: train.steps decides). The learning-rate schedule is
+    # then laid over the budget, train.steps is a cap, and the run checkpoints and stops once it
+    # is spent (bertjax/train/time_budget.py; configs/budget.py).
+    config.train.time_budget_minutes = 0.0
+    # A checkpoint every so many minutes of wall time too (0: only every checkpoint_every steps).
+    config.train.checkpoint_every_minutes = 0.0
     # GiB one device holds, checked against the compiled step before the first step; 0 asks the
     # device (TPUs and GPUs report it, CPUs do not). Set it lower to keep headroom.
     config.train.device_memory_gb = 0.0

@@ -15,12 +15,13 @@ from bertjax.jobs import common, pretraining_model
 from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import partitioning
 from bertjax.settings.pretrain import PretrainSettings
-from bertjax.train import loop, warm_start
+from bertjax.parallel import distributed
+from bertjax.train import loop, time_budget, warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.compilation import abstract_batch, compile_step
 from bertjax.train.logging_hook import LoggingHook, window_summary
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
-from bertjax.train.optimizer import make_optimizer
+from bertjax.train.optimizer import make_optimizer, make_schedule
 from bertjax.train.plots import plot_curves
 from bertjax.train.state import param_count
 from bertjax.train.step import make_eval_step, make_train_step
@@ -45,11 +46,25 @@ class PretrainRun:
             for phase in s.schedule.phases}
         # Only NSP reads the pooled output: without it the pooler gets no gradient, only decay.
         untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
-        self.optimizer = make_optimizer(s.optimizer, untrained=untrained)
+        self.clock = self._clock()
+        self.optimizer = make_optimizer(s.optimizer, untrained=untrained,
+                                        host_rate=bool(s.train.time_budget_minutes))
+        self.budget_rate = time_budget.BudgetRate(
+            make_schedule(s.optimizer), s.train.steps, self.clock
+        ) if s.train.time_budget_minutes else None
         self.batch_sharding = partitioning.batch_sharding(mesh)
         self.first_shapes = self._shapes_for(s.schedule.phase_at(0))
         self.compiled = self._compile()
         self.checkpointer: Checkpointer | None = None
+
+    def _clock(self) -> time_budget.BudgetClock:
+        """Started before compilation: a budget counts the job's wall time, compiling included."""
+        train = self.s.train
+        if (train.time_budget_minutes or train.checkpoint_every_minutes) and \
+                distributed.is_multi_process():
+            raise UserError("train.time_budget_minutes and train.checkpoint_every_minutes read "
+                            "one process's clock: run them on one host")
+        return time_budget.BudgetClock(train.time_budget_minutes * 60.0)
 
     def _shapes_for(self, phase):
         s = self.s
@@ -117,6 +132,8 @@ class PretrainRun:
 
     def _step(self, state, local_batch):
         seq_len = local_batch["input_ids"].shape[1]
+        if self.budget_rate is not None:
+            state = self.budget_rate.apply(state)
         return self.compiled[seq_len](state, partitioning.global_batch(local_batch, self.mesh))
 
     def _loop(self, stop, start: common.Start) -> dict:
@@ -125,17 +142,27 @@ class PretrainRun:
                                                    objective=self.objective)
                            for seq_len, model in self.phase_models.items()}
         self.eval_cache: dict[int, list] = {}
+        saved = dict(start.saved)
+        self.clock.resume_from(saved.pop(time_budget.SPENT_KEY, 0.0))
+        if s.train.time_budget_minutes:
+            if self.clock.exhausted:
+                print(f"the time budget ({s.train.time_budget_minutes:g} minutes) was spent "
+                      f"by step {start.step}: nothing left to train", file=sys.stderr)
+                return {}
+            stop = time_budget.BudgetStop(stop or loop.default_stop_source(), self.clock)
         self.batches = self.data.train_iterator(start.step)
-        if start.saved:
-            self.batches.set_state(start.saved)
+        if saved:
+            self.batches.set_state(saved)
         self.writer = MetricsWriter(self.workdir, enabled=self.is_main)
         progress = loop.Progress(start.step, total_steps, enabled=self.is_main)
         self.logger = LoggingHook(
             self.writer, s.train.log_every, summarize=self.objective.summarize,
-            step_info=lambda step: {"seq_len": schedule.phase_at(step - 1).seq_len},
+            step_info=self._step_info,
             tokens_in_step=lambda step: s.train.batch_size * schedule.phase_at(step - 1).seq_len,
             progress=progress)
-        hooks = [self.logger, loop.Every(s.train.checkpoint_every, self._checkpoint)]
+        hooks = [self.logger, loop.Every(s.train.checkpoint_every, self._checkpoint),
+                 time_budget.EveryMinutes(s.train.checkpoint_every_minutes, self.clock,
+                                          self._checkpoint)]
         if s.train.eval_every and s.train.eval_batches and self.data.has_eval_data:
             hooks.append(loop.Every(s.train.eval_every, self._evaluate))
         try:
@@ -155,8 +182,16 @@ class PretrainRun:
             if s.train.plot:
                 plot_curves(self.workdir)
             self.run_dir.push()
-            report_outputs(self.run_dir.location, last_step, total_steps, s.train.plot)
+            finished = last_step == total_steps or getattr(stop, "budget_spent", False)
+            report_outputs(self.run_dir.location, last_step, total_steps, s.train.plot,
+                           finished)
         return self.logger.last_logged
+
+    def _step_info(self, step: int) -> dict:
+        info = {"seq_len": self.s.schedule.phase_at(step - 1).seq_len}
+        if self.s.train.time_budget_minutes:  # what a budget's curves are drawn against
+            info["budget_spent_s"] = round(self.clock.spent(), 2)
+        return info
 
     def _evaluate(self, step: int, state, _metrics) -> None:
         """The eval loss on train.eval_batches held-out batches of the step's phase (placed once
@@ -180,7 +215,10 @@ class PretrainRun:
         self.writer.flush()
         try:
             self.run_dir.push()
-            self.checkpointer.save(step, state, self.batches.get_state(), metrics=metrics)
+            data_state = self.batches.get_state()
+            if self.s.train.time_budget_minutes or self.s.train.checkpoint_every_minutes:
+                data_state = {**data_state, time_budget.SPENT_KEY: self.clock.spent()}
+            self.checkpointer.save(step, state, data_state, metrics=metrics)
         except UserError as e:
             if not self.run_dir.remote:
                 raise
@@ -191,14 +229,15 @@ class PretrainRun:
                                "and none was before")) from None
 
 
-def report_outputs(workdir: str, step: int, total_steps: int, plotted: bool) -> None:
+def report_outputs(workdir: str, step: int, total_steps: int, plotted: bool,
+                   finished: bool) -> None:
     lines = [f"\nstep {step} of {total_steps}; workdir {workdir}",
              f"  checkpoints: {storage.join(workdir, 'checkpoints')}",
              f"  metrics:     {storage.join(workdir, 'metrics.jsonl')} "
              f"(TensorBoard: {storage.join(workdir, 'tensorboard')})"]
     if plotted:
         lines.append(f"  curves:      {storage.join(workdir, 'curves.png')}")
-    if step < total_steps:
+    if not finished:
         lines.append("  continue:    run the same command again; it resumes from the checkpoint")
     else:
         lines += ["  fine-tune:   python -m bertjax.main --config=configs/finetune_sentiment.py "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from bertjax.data.inputs import DEMO_INPUT
+from bertjax.data.inputs import BOOKS_INPUT, DEMO_INPUT
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
@@ -56,9 +56,10 @@ class CorpusSettings:
         raw = self.input.strip()
         if not raw:
             raise UserError("no corpus: set --config.data.input to text files, a directory, a "
-                            f"glob or tfds:NAME (or {DEMO_INPUT} for the demo corpus)")
-        if raw == DEMO_INPUT:
-            return [DEMO_INPUT], "sentences"  # the demo corpus is written in this layout
+                            f"glob or tfds:NAME (or {DEMO_INPUT} for the demo corpus, "
+                            f"{BOOKS_INPUT} for it plus public-domain books)")
+        if raw in (DEMO_INPUT, BOOKS_INPUT):
+            return [raw], "sentences"  # the demo corpora are written in this layout
         return [part.strip() for part in raw.split(",") if part.strip()], self.input_format
 
     def prepared_dir(self, workdir: str) -> str:
@@ -78,6 +79,8 @@ class PretrainLoop:
     eval_batches: int
     plot: bool
     device_memory_gb: float
+    time_budget_minutes: float  # 0: train.steps decides
+    checkpoint_every_minutes: float  # 0: by steps only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +110,10 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     _check_loop(train)
     model = model_spec(config.model)
     schedule = _schedule(config, train.steps)
+    if train.time_budget_minutes and len(schedule.phases) > 1:
+        raise UserError("train.time_budget_minutes lays the learning rate over time, but the "
+                        "length phases switch at a step: train one length "
+                        "(schedule.long_fraction=0)")
     if objective.electra is not None and not model.from_checkpoint:
         # The generator's size and vocabulary, refused now; from a checkpoint, by the job.
         objective.electra.generator(model.encoder(vocab_size=config.data.vocab_size))
@@ -163,9 +170,9 @@ def _check_loop(train: PretrainLoop) -> None:
                 "keep_checkpoints"):
         if int(getattr(train, key)) < 0:
             raise UserError(f"train.{key} must not be negative, got {getattr(train, key)}")
-    if train.device_memory_gb < 0:
-        raise UserError(f"train.device_memory_gb must not be negative, got "
-                        f"{train.device_memory_gb}")
+    for key in ("device_memory_gb", "time_budget_minutes", "checkpoint_every_minutes"):
+        if not getattr(train, key) >= 0:
+            raise UserError(f"train.{key} must not be negative, got {getattr(train, key)}")
     if train.batch_size % train.accumulation_steps:
         raise UserError(f"train.batch_size {train.batch_size} is not divisible by "
                         f"train.accumulation_steps {train.accumulation_steps}")

@@ -113,14 +113,19 @@ def run(state: Any, batches: Iterator[dict], *, start_step: int, total_steps: in
             batch = next(batches)
             state, metrics = step_fn(state, batch)
             step += 1
-            final = step == total_steps
+            stopping = stop.should_stop(step)
+            # A stop that ends the run (a spent time budget) makes this its last step, hooks and
+            # all; any other (a preemption) pauses it at a checkpoint.
+            ends_run = stopping and getattr(stop, "ends_run", False)
+            final = step == total_steps or ends_run
             for hook in hooks:
                 hook(step, state, metrics, final=final)
             if progress is not None:
                 progress.update(step)
-            if stop.should_stop(step) and not final:
+            if stopping and (ends_run or not final):
                 print(f"\n{stop.signal_name}: stopping after step {step}", file=sys.stderr)
-                on_stop(step, state)
+                if not final:
+                    on_stop(step, state)
                 break
     if progress is not None:
         progress.close()

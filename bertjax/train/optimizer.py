@@ -206,6 +206,24 @@ def scale_by_recorded_schedule(schedule: optax.Schedule) -> optax.GradientTransf
     return optax.GradientTransformation(init_fn, update_fn)
 
 
+def scale_by_host_rate() -> optax.GradientTransformation:
+    """Scales by the rate the host set into the state before the step (`time_budget.BudgetRate`):
+    the same state as `scale_by_recorded_schedule`'s, so a checkpoint has the same layout."""
+
+    def init_fn(params):
+        del params
+        return LearningRateState(count=jnp.zeros([], jnp.int32),
+                                 learning_rate=jnp.zeros([], jnp.float32))
+
+    def update_fn(updates, state, params=None):
+        del params
+        updates = jax.tree.map(lambda g: jnp.array(-state.learning_rate, dtype=g.dtype) * g,
+                               updates)
+        return updates, state._replace(count=optax.safe_increment(state.count))
+
+    return optax.GradientTransformation(init_fn, update_fn)
+
+
 def applied_learning_rate(opt_state: Any) -> jax.Array:
     """The learning rate of the latest update, read from a `make_optimizer` state."""
     found = [leaf for leaf in jax.tree.leaves(
@@ -217,13 +235,15 @@ def applied_learning_rate(opt_state: Any) -> jax.Array:
     return found[0].learning_rate
 
 
-def make_optimizer(config: OptimizerConfig, untrained: Sequence[str] = ()
-                   ) -> optax.GradientTransformation:
+def make_optimizer(config: OptimizerConfig, untrained: Sequence[str] = (), *,
+                   host_rate: bool = False) -> optax.GradientTransformation:
     """Clip by global norm, then AdamW, LAMB or StableAdamW with decoupled, masked weight decay.
 
     The chains mirror optax.adamw / optax.lamb (LAMB's trust ratio masked to kernels and
     embeddings, as in its paper), and AdamW with bias correction is optax.adamw. `untrained`:
     parameter subtrees ("encoder/pooler") that no objective trains, left out of weight decay.
+    `host_rate`: the rate is set by the host before each step, not computed from the step count
+    (a time budget's schedule, `bertjax.train.time_budget`).
     """
     mask = lambda params: decay_mask(params, untrained)  # noqa: E731
     # Fully decoupled decay is coupled decay with the coefficient divided by the peak: the
@@ -241,5 +261,6 @@ def make_optimizer(config: OptimizerConfig, untrained: Sequence[str] = ()
         parts += [moments, optax.add_decayed_weights(weight_decay, mask=mask)]
     if config.name == "lamb":
         parts.append(optax.masked(optax.scale_by_trust_ratio(), adapted_mask))
-    parts.append(scale_by_recorded_schedule(make_schedule(config)))
+    parts.append(scale_by_host_rate() if host_rate
+                 else scale_by_recorded_schedule(make_schedule(config)))
     return optax.chain(*parts)
