@@ -92,6 +92,8 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.time_budget_minutes = 0.0
     # A checkpoint every so many minutes of wall time too (0: only every checkpoint_every steps).
     config.train.checkpoint_every_minutes = 0.0
+    # Texts with [MASK] ("|" between them) the finished run fills in, top 5 each, on stderr.
+    config.train.fill_mask_examples = ""
     # GiB one device holds, checked against the compiled step before the first step; 0 asks the
     # device (TPUs and GPUs report it, CPUs do not). Set it lower to keep headroom.
     config.train.device_memory_gb = 0.0

@@ -7,11 +7,9 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 import cli_in_process
-from bertjax.core.errors import UserError
 from bertjax.train import time_budget
 from bertjax.train.optimizer import (OptimizerConfig, applied_learning_rate, make_optimizer,
                                      make_schedule)
@@ -93,7 +91,9 @@ def _budget_args(workdir, corpus_dir, **overrides):
                 "train.checkpoint_every": 1_000_000, "train.checkpoint_every_minutes": 0.1,
                 "train.keep_checkpoints": 0, "train.log_every": 20, "train.eval_every": 1_000_000,
                 "schedule.long_fraction": 0.0, "optimizer.warmup_steps": 100_000,
-                "optimizer.learning_rate": 1e-3, **overrides}
+                "optimizer.learning_rate": 1e-3,
+                "train.fill_mask_examples": "the [MASK] of the city | in [MASK] he was born",
+                **overrides}
     return tiny_args(workdir, corpus_dir, **settings)[1:]
 
 
@@ -131,6 +131,17 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
     assert train[-1]["learning_rate"] < 1e-4
 
 
+def test_the_finished_run_fills_in_its_examples(budget_run):
+    _, result = budget_run
+    shown = result.stderr[result.stderr.index("fill-mask, the trained model's top 5"):]
+    lines = shown.splitlines()
+    assert lines[1].strip() == "the [MASK] of the city"
+    assert lines[3].strip() == "in [MASK] he was born"
+    for guesses in (lines[2], lines[4]):  # five "token probability" pairs
+        fields = guesses.split()
+        assert len(fields) == 10 and all(0 <= float(p) <= 1 for p in fields[1::2])
+
+
 def test_a_rerun_of_a_spent_budget_trains_nothing(budget_run, small_corpus_dir):
     workdir, _ = budget_run
     before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
@@ -149,3 +160,7 @@ def test_a_budget_with_two_length_phases_is_refused(tmp_path, small_corpus_dir):
     result = cli_in_process.run("main", *_budget_args(
         workdir, small_corpus_dir, **{"train.time_budget_minutes": -1}))
     assert result.returncode == 2 and "must not be negative" in result.stderr
+    result = cli_in_process.run("main", *_budget_args(
+        workdir, small_corpus_dir, **{"train.fill_mask_examples": "a [MASK] b | no mask"}))
+    assert result.returncode == 2 and "'no mask' has no [MASK]" in result.stderr
+    assert not os.path.exists(workdir)

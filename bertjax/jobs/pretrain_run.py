@@ -10,7 +10,7 @@ import jax
 
 from bertjax.core import storage
 from bertjax.core.errors import UserError
-from bertjax.inference import loading
+from bertjax.inference import api, loading
 from bertjax.jobs import common, pretraining_model
 from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import partitioning
@@ -185,6 +185,9 @@ class PretrainRun:
             finished = last_step == total_steps or getattr(stop, "budget_spent", False)
             report_outputs(self.run_dir.location, last_step, total_steps, s.train.plot,
                            finished)
+            if finished and s.train.fill_mask_examples:
+                print(filled_masks(self.run_dir.location, s.train.fill_mask_examples),
+                      file=sys.stderr)
         return self.logger.last_logged
 
     def _step_info(self, step: int) -> dict:
@@ -227,6 +230,19 @@ class PretrainRun:
                             + (f"checkpoint {saved} stays restorable: run the same command "
                                "again once the storage answers" if saved else
                                "and none was before")) from None
+
+
+def filled_masks(workdir: str, examples: str) -> str:
+    """The trained MLM head's guesses for each [MASK] of the "|"-separated examples."""
+    texts = [t.strip() for t in examples.split("|") if t.strip()]
+    model = api.load(workdir)
+    lines = ["\nfill-mask, the trained model's top 5 (python -c \"import bertjax; "
+             f"print(bertjax.load('{workdir}').fill_mask('... [MASK] ...'))\"):"]
+    for text, masks in zip(texts, model.fill_mask(texts)):
+        lines.append(f"  {text}")
+        lines += ["      " + "  ".join(f"{token} {p:.2f}" for token, p in guesses)
+                  for guesses in masks]
+    return "\n".join(lines)
 
 
 def report_outputs(workdir: str, step: int, total_steps: int, plotted: bool,

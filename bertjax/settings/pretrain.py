@@ -81,6 +81,7 @@ class PretrainLoop:
     device_memory_gb: float
     time_budget_minutes: float  # 0: train.steps decides
     checkpoint_every_minutes: float  # 0: by steps only
+    fill_mask_examples: str  # "|"-separated texts with [MASK], filled in at the end
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +174,9 @@ def _check_loop(train: PretrainLoop) -> None:
     for key in ("device_memory_gb", "time_budget_minutes", "checkpoint_every_minutes"):
         if not getattr(train, key) >= 0:
             raise UserError(f"train.{key} must not be negative, got {getattr(train, key)}")
+    missing = [t for t in train.fill_mask_examples.split("|") if t.strip() and "[MASK]" not in t]
+    if missing:
+        raise UserError(f"train.fill_mask_examples: {missing[0].strip()!r} has no [MASK]")
     if train.batch_size % train.accumulation_steps:
         raise UserError(f"train.batch_size {train.batch_size} is not divisible by "
                         f"train.accumulation_steps {train.accumulation_steps}")

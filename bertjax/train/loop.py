@@ -79,7 +79,8 @@ class StopSource(Protocol):
     """Decides after each step whether to stop there (a context manager around the loop).
 
     `StopRequest` for one process; several processes must agree on the step, see
-    `bertjax.parallel.distributed.PreemptionSync`.
+    `bertjax.parallel.distributed.PreemptionSync`. A source whose `ends_run` is true when it
+    stops (`bertjax.train.time_budget.BudgetStop`) ends the run there rather than pausing it.
     """
 
     signal_name: str | None
