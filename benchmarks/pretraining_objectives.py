@@ -195,12 +195,13 @@ def cached(path: str, compute) -> dict:
     return result
 
 
-def prepare_corpus(workdir: str) -> str:
+def prepare_corpus(workdir: str, corpus: str = "demo:wikipedia",
+                   vocab_size: int = VOCAB_SIZE) -> str:
     output = os.path.join(workdir, "corpus")
     if not os.path.isfile(os.path.join(output, "manifest.json")):
-        subprocess.run([sys.executable, "-m", "bertjax.data.prepare", "--input", "demo:wikipedia",
+        subprocess.run([sys.executable, "-m", "bertjax.data.prepare", "--input", corpus,
                         "--output", output, "--train-vocab", "wordpiece", "--vocab-size",
-                        str(VOCAB_SIZE), "--no-progress"],
+                        str(vocab_size), "--no-progress"],
                        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, check=True)
     return output
 

@@ -1,34 +1,28 @@
-"""The `make demo` run: a small BERT pretrained on 106 real Wikipedia articles, on a CPU, in a few
-minutes, with both phases of the BERT length schedule (scaled down), evaluation on held-out
-articles, checkpoints and a plot of the curves.
+"""The `make demo` run: configs/budget.py's recipe (MLM on full sentences, 30% masking, no dropout,
+the learning rate laid over a wall-clock budget) on real English prose (Wikipedia and
+public-domain books, fetched from the package registries), for 3 minutes on a CPU, evaluated on
+held-out documents, checkpointed every minute, curves plotted; it ends by filling in a few
+[MASK]s with the trained model.
 
     python -m bertjax.main --config=configs/demo.py --workdir=workdir/demo
 """
 
-from configs import base
+from configs import budget
 
 
 def get_config():
-    config = base.get_config()
-    config.data.input = "demo:wikipedia"
-    config.data.vocab_size = 4096
-    config.data.eval_fraction = 0.05
+    config = budget.get_config()
+    # In 3 minutes BERT-tiny reaches a higher MLM accuracy than the recipe's mini (12.6% against
+    # 8.8% after 4 minutes, docs/pretraining-pays.md); mini fine-tunes better.
     config.model.preset = "tiny"
-    # A few hundred steps leave a tiny model far from overfitting: dropout would only slow it.
-    config.model.hidden_dropout = 0.0
-    config.model.attention_dropout = 0.0
-    config.schedule.short_seq_len = 128
-    config.schedule.short_max_predictions = 20
-    config.schedule.long_seq_len = 256
-    config.schedule.long_max_predictions = 40
-    config.train.steps = 600
-    config.train.batch_size = 32
-    config.train.log_every = 20
-    config.train.checkpoint_every = 200
-    config.train.eval_every = 100
+    config.train.time_budget_minutes = 3.0
+    config.train.checkpoint_every_minutes = 1.0
+    config.train.keep_checkpoints = 3
+    config.train.log_every = 10
+    config.train.eval_every = 50
     config.train.eval_batches = 8
-    config.train.plot = True
-    config.optimizer.learning_rate = 2e-3
-    config.optimizer.warmup_steps = 60
-    config.optimizer.bias_correction = True
+    config.train.fill_mask_examples = (
+        "and the lord spake unto [MASK], saying,"
+        " | the children of [MASK] went up out of the land of egypt."
+        " | she could not help [MASK] at the thought of it.")
     return config

@@ -145,7 +145,7 @@ class PretrainRun:
         saved = dict(start.saved)
         self.clock.resume_from(saved.pop(time_budget.SPENT_KEY, 0.0))
         if s.train.time_budget_minutes:
-            if self.clock.exhausted:
+            if start.step and self.clock.exhausted:  # a fresh run takes at least one step
                 print(f"the time budget ({s.train.time_budget_minutes:g} minutes) was spent "
                       f"by step {start.step}: nothing left to train", file=sys.stderr)
                 return {}
