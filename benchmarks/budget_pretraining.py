@@ -151,7 +151,8 @@ def pretrain_bertjax(args, prepared: str) -> dict:
     timing = runs.cached(workdir + ".json", lambda: runs.run_job("configs/budget.py", workdir,
                                                                  overrides))
     records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
-    spent = {r["step"]: r["budget_spent_s"] for r in records if "budget_spent_s" in r}
+    logged = [(r["step"], r["budget_spent_s"]) for r in records if "budget_spent_s" in r]
+    evals = [r for r in records if "eval_mlm_accuracy" in r]
     steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
     points = {}
     for fraction in args.finetune_points or args.points:
@@ -162,10 +163,14 @@ def pretrain_bertjax(args, prepared: str) -> dict:
             subprocess.run([sys.executable, "-m", "bertjax.export", "--workdir", workdir,
                             "--format", "params", "--step", str(step), "--output", export],
                            cwd=REPO, check=True, capture_output=True)
-        evals = [r for r in records if "eval_mlm_accuracy" in r and r["step"] <= step]
+        # A checkpoint every so many minutes falls between logged steps and evaluations: the
+        # nearest of each stands for it (the table names the evaluation's step).
+        _, seconds = min(logged, key=lambda r: abs(r[0] - step), default=(step, 0.0))
+        nearest = min(evals, key=lambda r: abs(r["step"] - step), default=None)
         points[point_label("bertjax", fraction, args.minutes)] = {
-            "init": export, "step": step, "minutes": spent.get(step, 0) / 60,
-            "mlm": evals[-1]["eval_mlm_accuracy"] if evals else None}
+            "init": export, "step": step, "minutes": seconds / 60,
+            "mlm": nearest and nearest["eval_mlm_accuracy"],
+            "mlm_step": nearest and nearest["step"]}
     print(f"bertjax pretraining: {timing['wall_s']:.0f} s wall, {steps[-1]} steps",
           file=sys.stderr)
     return points
@@ -249,6 +254,8 @@ def table(args, starts: dict, scores: dict, baselines: dict) -> str:
     for start, point in starts.items():
         pre = "—" if point is None else f"{point['minutes']:.1f} min, {point['step']} steps"
         mlm = "—" if point is None or point["mlm"] is None else f"{100 * point['mlm']:.1f}%"
+        if point is not None and point.get("mlm_step") not in (None, point["step"]):
+            mlm += f" (step {point['mlm_step']})"
         cells = [spread(scores[start][t]) for t in args.tasks]
         lines.append(f"| {start} | {pre} | {mlm} | " + " | ".join(cells) + " |")
     for name, by_task in baselines.items():
