@@ -187,14 +187,15 @@ class LearningRateState(NamedTuple):
     learning_rate: jax.Array  # the rate the latest update applied (0 before the first)
 
 
+def _initial_rate_state(params) -> LearningRateState:
+    del params
+    return LearningRateState(count=jnp.zeros([], jnp.int32),
+                             learning_rate=jnp.zeros([], jnp.float32))
+
+
 def scale_by_recorded_schedule(schedule: optax.Schedule) -> optax.GradientTransformation:
     """optax.scale_by_learning_rate(schedule) that also keeps the rate it applied in its state,
     so the train step can report it without knowing the schedule."""
-
-    def init_fn(params):
-        del params
-        return LearningRateState(count=jnp.zeros([], jnp.int32),
-                                 learning_rate=jnp.zeros([], jnp.float32))
 
     def update_fn(updates, state, params=None):
         del params
@@ -203,17 +204,12 @@ def scale_by_recorded_schedule(schedule: optax.Schedule) -> optax.GradientTransf
         return updates, LearningRateState(count=optax.safe_increment(state.count),
                                           learning_rate=jnp.asarray(rate, jnp.float32))
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_initial_rate_state, update_fn)
 
 
 def scale_by_host_rate() -> optax.GradientTransformation:
     """Scales by the rate the host set into the state before the step (`time_budget.BudgetRate`):
     the same state as `scale_by_recorded_schedule`'s, so a checkpoint has the same layout."""
-
-    def init_fn(params):
-        del params
-        return LearningRateState(count=jnp.zeros([], jnp.int32),
-                                 learning_rate=jnp.zeros([], jnp.float32))
 
     def update_fn(updates, state, params=None):
         del params
@@ -221,7 +217,7 @@ def scale_by_host_rate() -> optax.GradientTransformation:
                                updates)
         return updates, state._replace(count=optax.safe_increment(state.count))
 
-    return optax.GradientTransformation(init_fn, update_fn)
+    return optax.GradientTransformation(_initial_rate_state, update_fn)
 
 
 def applied_learning_rate(opt_state: Any) -> jax.Array:
