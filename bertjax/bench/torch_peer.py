@@ -1,7 +1,8 @@
 """The peer: Hugging Face transformers' PyTorch `BertForPreTraining`, as its users train it.
 
-Same size, batch, length and masked positions as our step; random init; fp32 on the CPU; one
-step is forward with MLM and NSP labels, backward, gradient clipping (when the config clips)
+Same size, batch, length and masked positions as our step; random init; fp32 (or bf16 autocast)
+on the CPU, or on the GPU when our step runs on one, so that both frameworks use the same
+hardware; one step is forward with MLM and NSP labels, backward, gradient clipping (when the config clips)
 and an AdamW update. It computes MLM scores at every position and takes the loss where the
 label is not -100: that is the library's own pretraining head, so that is what is timed.
 """
@@ -53,37 +54,42 @@ class TorchStep:
 
     def __init__(self, encoder: EncoderConfig, batch: dict[str, np.ndarray], *,
                  learning_rate: float, weight_decay: float, betas: tuple[float, float],
-                 eps: float, clip_norm: float, seed: int = 0, bf16: bool = False):
+                 eps: float, clip_norm: float, seed: int = 0, bf16: bool = False,
+                 device: str = "cpu"):
         try:  # deferred: torch and transformers are heavy, and needed only with --compare-torch
             import torch
             import transformers
         except ImportError as e:
             raise UserError(f"--compare-torch needs torch and transformers ({e}); install "
                             "bertjax[hf]") from None
+        if device == "cuda" and not torch.cuda.is_available():
+            raise UserError("our step runs on a GPU but this torch sees none; the peer would "
+                            "be timed on other hardware")
         self.threads = cpu_threads()
         torch.set_num_threads(self.threads)
         torch.manual_seed(seed)
         self._torch = torch
+        self.device = device
         self.versions = {"torch": torch.__version__, "transformers": transformers.__version__}
-        self.model = transformers.BertForPreTraining(hf_config(encoder)).train()
-        self.bf16 = bf16  # torch.autocast("cpu", dtype=torch.bfloat16) around the forward
+        self.model = transformers.BertForPreTraining(hf_config(encoder)).train().to(device)
+        self.bf16 = bf16  # torch.autocast(device, dtype=torch.bfloat16) around the forward
         self.attention = str(self.model.config._attn_implementation)
         self.params = sum(p.numel() for p in self.model.parameters())
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate,
                                            betas=betas, eps=eps, weight_decay=weight_decay)
         self.clip_norm = clip_norm
-        self.inputs = _hf_inputs(torch, batch)
+        self.inputs = {k: v.to(device) for k, v in _hf_inputs(torch, batch).items()}
         self.loss: float | None = None
 
     def step(self) -> None:
-        with self._torch.autocast("cpu", dtype=self._torch.bfloat16, enabled=self.bf16):
+        with self._torch.autocast(self.device, dtype=self._torch.bfloat16, enabled=self.bf16):
             loss = self.model(**self.inputs).loss
         loss.backward()
         if self.clip_norm > 0:
             self._torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.loss = float(loss.detach().float())
+        self.loss = float(loss.detach().float())  # waits for the device: the step is complete
 
     def last_loss(self) -> float:
         return float("nan") if self.loss is None else self.loss

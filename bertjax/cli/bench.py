@@ -75,7 +75,8 @@ def parse_args(argv: list[str]):
                         help="untimed steps after compiling (ours always runs at least one, "
                              "for the memory figures)")
     parser.add_argument("--compare-torch", action="store_true",
-                        help="also time transformers' PyTorch BertForPreTraining (CPU, fp32)")
+                        help="also time transformers' PyTorch BertForPreTraining (fp32; on the "
+                             "GPU when our step runs on one, else the CPU)")
     parser.add_argument("--peak-tflops", type=_at_least(float, 1e-9),
                         help="peak TFLOP/s of one device for MFU (default: the bf16 table)")
     parser.add_argument("--json", metavar="OUT", help="also write every figure to this file")
@@ -160,7 +161,8 @@ def run(options, s: PretrainSettings | FinetuneSettings) -> dict:
         o = s.optimizer
         peer = TorchStep(ours.encoder, ours.batch_np, learning_rate=o.learning_rate,
                          weight_decay=o.weight_decay, betas=(o.b1, o.b2), eps=o.eps,
-                         clip_norm=o.clip_norm, seed=s.train.seed, bf16=options.torch_bf16)
+                         clip_norm=o.clip_norm, seed=s.train.seed, bf16=options.torch_bf16,
+                         device="cuda" if jax.default_backend() == "gpu" else "cpu")
     # One step of ours first (a warmup step when --warmup > 0): its memory figures are read
     # before the peer's first step can raise the process's RSS mark.
     ours.step()
@@ -173,6 +175,7 @@ def run(options, s: PretrainSettings | FinetuneSettings) -> dict:
         theirs = timings[1]
         result["torch"] = {**theirs, "tokens_per_s": ours.workload.tokens / theirs["step_s"],
                            "params": peer.params, "threads": peer.threads,
+                           "device": peer.device,
                            "attention": peer.attention, "loss": peer.last_loss(),
                            "precision": "bf16 autocast" if options.torch_bf16 else "fp32",
                            **peer.versions}
@@ -245,7 +248,7 @@ def describe(r: dict) -> str:
             f"max {t['step_s_max']:.3f}), {t['cores_busy']:.2f} cores busy, "
             f"{t['tokens_per_s']:,.0f} tokens/s; transformers "
             f"{t['transformers']} BertForPreTraining ({t['attention']} attention), torch "
-            f"{t['torch']}, {t['precision']}, {t['threads']} threads",
+            f"{t['torch']}, {t['precision']}, on {t['device']} ({t['threads']} CPU threads)",
             f"ratio:    {r['speedup_vs_torch']:.2f}x (our tokens/s over torch's)",
         ]
     return "\n".join(lines)
