@@ -289,12 +289,17 @@ def goals(args, scores: dict) -> list[str]:
     return lines
 
 
+def workdir_and_corpus(args) -> str:
+    """Creates the benchmark's workdir; the prepared corpus: --prepared, else books+wiki with
+    configs/budget.py's 8,192-token vocabulary, prepared there once."""
+    os.makedirs(args.workdir, exist_ok=True)
+    return args.prepared or runs.prepare_corpus(args.workdir, "demo:books+wiki", vocab_size=8192)
+
+
 @exit_on_user_error
 def main(argv=None) -> None:
     args = parse_args(argv)
-    os.makedirs(args.workdir, exist_ok=True)
-    prepared = args.prepared or runs.prepare_corpus(args.workdir, "demo:books+wiki",
-                                                    vocab_size=8192)
+    prepared = workdir_and_corpus(args)
     # Written before any thread could race to write it.
     args.pairs = pair_files(args.workdir) if "pair" in args.tasks else ""
     starts = {RANDOM: None, **pretrain_bertjax(args, prepared)}

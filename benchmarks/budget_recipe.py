@@ -81,9 +81,7 @@ def pretrain(args, name: str, prepared: str) -> dict:
 @exit_on_user_error
 def main(argv=None) -> None:
     args = parse_args(argv)
-    os.makedirs(args.workdir, exist_ok=True)
-    prepared = args.prepared or runs.prepare_corpus(args.workdir, "demo:books+wiki",
-                                                    vocab_size=8192)
+    prepared = budget.workdir_and_corpus(args)
     finetune_args = argparse.Namespace(
         # 0: every training sentence, not budget_pretraining's cap of 3,000
         max_train_examples=args.max_train_examples or 1_000_000,
