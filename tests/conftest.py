@@ -6,13 +6,7 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Before jax is imported anywhere: 8 CPU devices let one machine test (data, fsdp, tensor) meshes.
-# Most of the suite's time is compiling tiny programs. XLA's older loop emitters compile them about
-# 30% faster than its fusion emitters (a tiny BERT train step: 4.8 s against 6.9 s) and the
-# programs run as fast (a 2-epoch tiny fine-tuning run: 32.5 s against 32.0 s, measured with
-# JAX's cache off). Child processes inherit the flag. (LLVM's -O0, which the short pretraining
-# children also use, compiles faster still but runs a fine-tuning run 1.6x slower: not here.)
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
-                                   "--xla_cpu_use_fusion_emitters=false")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 # The test extras install libtpu (for `bertjax.compile`); without this every JAX process on a
 # machine with no TPU would try to start one first, and warn.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
