@@ -1,9 +1,9 @@
 """The peer: Hugging Face transformers' PyTorch `BertForPreTraining`, as its users train it.
 
 Same size, batch, length and masked positions as our step; random init; fp32 (or bf16 autocast)
-on the CPU, or on the GPU when our step runs on one, so that both frameworks use the same
-hardware; one step is forward with MLM and NSP labels, backward, gradient clipping (when the config clips)
-and an AdamW update. It computes MLM scores at every position and takes the loss where the
+on the CPU, or on the GPU when our step runs on one, so that both use the same hardware. One step
+is forward with MLM and NSP labels, backward, gradient clipping (when the config clips) and an
+AdamW update. It computes MLM scores at every position and takes the loss where the
 label is not -100: that is the library's own pretraining head, so that is what is timed.
 """
 
