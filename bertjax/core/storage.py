@@ -49,6 +49,9 @@ BACKENDS = {"gs": ("gcsfs", "pip install 'bertjax[gcs]'"),
             "az": ("adlfs", "pip install adlfs"),
             "abfs": ("adlfs", "pip install adlfs")}
 DEFAULT_TIMEOUT_S = 30.0
+# Buckets whose server let a request of this process time out. A run failing because of that would
+# otherwise wait out the timeout again for each request of its clean-up (see answered_so_far).
+_UNANSWERING: set[str] = set()
 
 
 def is_url(path: object) -> bool:
@@ -163,6 +166,8 @@ def reported(url: str, doing: str) -> Iterator[None]:
         raise UserError(f"cannot {doing} {url}: access denied ({_first_line(e)}); check the "
                         "credentials (gcloud auth application-default login)") from None
     except (TimeoutError, asyncio.TimeoutError, fsspec.exceptions.FSTimeoutError):
+        if is_url(url):
+            _UNANSWERING.add(bucket(url))
         raise UserError(f"cannot {doing} {url}: the storage server did not answer within "
                         f"{timeout_seconds():.0f}s (BERTJAX_STORAGE_TIMEOUT)") from None
     except (ConnectionError, OSError) as e:
@@ -177,6 +182,12 @@ def reported(url: str, doing: str) -> Iterator[None]:
             raise UserError(f"cannot {doing} {url}: {type(e).__name__}: "
                             f"{_first_line(e) or 'no answer from the storage server'}") from None
         raise
+
+
+def answered_so_far(url: str) -> bool:
+    """False once a request of this process to the bucket of `url` has timed out: a failed run
+    then skips the clean-up requests it would otherwise make (each would wait out the timeout)."""
+    return bucket(url) not in _UNANSWERING
 
 
 def not_found(url: str) -> UserError:
@@ -220,7 +231,7 @@ def isdir(path: str) -> bool:
         return os.path.isdir(path)
     fs, inner = filesystem(path)
     with reported(path, "read"):
-        return fs.isdir(inner)
+        return object_kind(fs, inner) == "directory"
 
 
 def isfile(path: str) -> bool:
@@ -228,7 +239,17 @@ def isfile(path: str) -> bool:
         return os.path.isfile(path)
     fs, inner = filesystem(path)
     with reported(path, "read"):
-        return fs.isfile(inner)
+        return object_kind(fs, inner) == "file"
+
+
+def object_kind(fs, inner: str) -> str | None:
+    """"file", "directory" or None (nothing there). fsspec's own isdir/isfile answer False for
+    any error, a request that timed out included: a listing that timed out would then look empty
+    (and a failed run would remove a workdir whose checkpoints it could not list)."""
+    try:
+        return fs.info(inner)["type"]
+    except FileNotFoundError:
+        return None
 
 
 def listdir(path: str) -> list[str]:
@@ -237,7 +258,7 @@ def listdir(path: str) -> list[str]:
         return os.listdir(path) if os.path.isdir(path) else []
     fs, inner = filesystem(path)
     with reported(path, "list"):
-        if not fs.isdir(inner):
+        if object_kind(fs, inner) != "directory":
             return []
         return sorted({posixpath.basename(p.rstrip("/")) for p in fs.ls(inner, detail=False)
                        if p.rstrip("/") != inner.rstrip("/")})

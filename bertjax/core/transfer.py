@@ -37,9 +37,8 @@ def remote_files(url: str) -> dict[str, dict]:
     nothing is there)."""
     fs, inner = storage.filesystem(url)
     with storage.reported(url, "list"):
-        if fs.isfile(inner):
-            info = fs.info(inner)
-            return {"": _entry(info)}
+        if storage.object_kind(fs, inner) == "file":
+            return {"": _entry(fs.info(inner))}
         found = fs.find(inner, detail=True, withdirs=False)
     prefix = inner.rstrip("/") + "/"
     return {name[len(prefix):]: _entry(info) for name, info in found.items()

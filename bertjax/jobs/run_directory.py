@@ -116,6 +116,14 @@ class RunDirectory:
     def close(self, *, failed: bool) -> None:
         """Releases the lock. A workdir this run created is removed again when the run failed
         before saving anything worth keeping (a checkpoint, or a prepared corpus)."""
+        if failed and self._mirror is not None and not storage.answered_so_far(self.location):
+            # The bucket's server stopped answering: every request below would wait out the
+            # timeout again. Everything stays as it is (what was not pushed since the last
+            # checkpoint is logged again when the run resumes from it).
+            if isinstance(self._lock, BucketLock):
+                self._lock.abandon()
+            self._lock = None
+            return
         try:
             self.push()
         except UserError:

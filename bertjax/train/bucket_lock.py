@@ -91,6 +91,13 @@ class BucketLock:
                 print(f"bertjax: could not release the lock {self.url} ({type(e).__name__}); the "
                       f"next run takes it over after {self.stale_s:.0f}s", file=sys.stderr)
 
+    def abandon(self) -> None:
+        """Stops refreshing the lease and leaves it (its server does not answer, so a delete
+        would wait out the timeout): it goes stale, or the next run on this host takes it over
+        as soon as this process has ended."""
+        self._stop.set()
+        self._generation = None
+
     def __enter__(self) -> "BucketLock":
         self.acquire()
         return self
