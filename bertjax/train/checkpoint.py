@@ -262,7 +262,7 @@ class Checkpointer:
             raise _Unreadable(f"metadata: {faults.short_reason(e)}") from None
         if saved is None:
             raise _Unreadable("metadata: state/_METADATA is missing")
-        check_compatible(saved, abstract_state, self.directory)
+        faults.check_compatible(saved, abstract_state, self.directory)
         try:
             restored = self._manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
@@ -309,39 +309,3 @@ def _agreed_failure(reason: str | None) -> str | None:
 def _sync_processes(name: str) -> None:
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
-
-
-def check_compatible(saved_metadata: Any, abstract_state: Any, where: str) -> None:
-    """Refuses a checkpoint of another model shape or vocabulary, naming the first difference."""
-    saved = _shapes(saved_metadata)
-    wanted = _shapes(abstract_state)
-    missing = sorted(set(wanted) - set(saved))
-    extra = sorted(set(saved) - set(wanted))
-    if missing or extra:
-        name = (missing or extra)[0]
-        verb = "lacks" if missing else "has an extra"
-        raise UserError(f"the checkpoint in {where} {verb} parameter {name}: it was made with another "
-                        "model or objective; use a new workdir")
-    for name, shape in wanted.items():
-        if saved[name] != shape:
-            raise UserError(f"the checkpoint in {where} has {name} of shape {saved[name]}, this "
-                            f"config needs {shape}: it was made with another model shape or "
-                            "vocabulary; use a new workdir")
-
-
-def _shapes(tree: Any) -> dict[str, tuple]:
-    def shape_of(leaf):
-        shape = getattr(leaf, "shape", None)
-        return tuple(shape) if shape is not None else np.shape(leaf)
-
-    # Orbax stores namedtuples (optax states) as dicts or lists, so compare paths by their names
-    # alone: .opt_state[1].count and ['opt_state']['1']['count'] are the same parameter.
-    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {"/".join(_key_name(k) for k in path): shape_of(leaf) for path, leaf in flat}
-
-
-def _key_name(key) -> str:
-    for attr in ("name", "key", "idx"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)

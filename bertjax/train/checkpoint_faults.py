@@ -5,7 +5,8 @@ call waits for it, as an OSError or as a TensorStore `ValueError("RESOURCE_EXHAU
 [os_error_code='28']")`, and logs it with tracebacks on the way. These helpers turn such errors into
 short reasons, keep Orbax's own error logging off stderr (every failure reaches the caller as an
 exception, which is reported once), and set unreadable checkpoints aside without deleting them.
-They also tell a state that must not be saved at all: one with a NaN or an infinity.
+They also tell a state that must not be saved at all (one with a NaN or an infinity) and a
+checkpoint that is not of the model at hand (another shape or vocabulary).
 """
 
 from __future__ import annotations
@@ -179,3 +180,39 @@ def _size(count: int | None) -> str:
             break
         count /= 1024
     return f"{count} B" if unit == "B" else f"{count:.1f} {unit}"
+
+
+def check_compatible(saved_metadata: Any, abstract_state: Any, where: str) -> None:
+    """Refuses a checkpoint of another model shape or vocabulary, naming the first difference."""
+    saved = _shapes(saved_metadata)
+    wanted = _shapes(abstract_state)
+    missing = sorted(set(wanted) - set(saved))
+    extra = sorted(set(saved) - set(wanted))
+    if missing or extra:
+        name = (missing or extra)[0]
+        verb = "lacks" if missing else "has an extra"
+        raise UserError(f"the checkpoint in {where} {verb} parameter {name}: it was made with another "
+                        "model or objective; use a new workdir")
+    for name, shape in wanted.items():
+        if saved[name] != shape:
+            raise UserError(f"the checkpoint in {where} has {name} of shape {saved[name]}, this "
+                            f"config needs {shape}: it was made with another model shape or "
+                            "vocabulary; use a new workdir")
+
+
+def _shapes(tree: Any) -> dict[str, tuple]:
+    def shape_of(leaf):
+        shape = getattr(leaf, "shape", None)
+        return tuple(shape) if shape is not None else np.shape(leaf)
+
+    # Orbax stores namedtuples (optax states) as dicts or lists, so compare paths by their names
+    # alone: .opt_state[1].count and ['opt_state']['1']['count'] are the same parameter.
+    flat = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {"/".join(_key_name(k) for k in path): shape_of(leaf) for path, leaf in flat}
+
+
+def _key_name(key) -> str:
+    for attr in ("name", "key", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
