@@ -20,7 +20,7 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     workdir = tmp_path / "bench"
     done = subprocess.run(
         [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.4", "--points",
-         "0.5,1", "--peer-points", "0.5,1", "--seeds", "1", "--tasks", "sentiment,pos",
+         "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
          "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
          "--max-eval-examples", "64", "--epochs", "1", "--jobs", "2", "--prepared",
          small_corpus_dir,
@@ -30,10 +30,10 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     assert done.returncode == 0, done.stderr[-4000:]
     table = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     starts = [line.split(" | ")[0][2:] for line in table[1:]]
-    assert starts == ["random init", "bertjax 0.2 min", "bertjax 0.4 min",
-                      "transformers 0.2 min", "transformers 0.4 min",
+    # The peer saved at the end only (its checkpoints along the way: test_transformers_budget).
+    assert starts == ["random init", "bertjax 0.2 min", "bertjax 0.4 min", "transformers 0.4 min",
                       "TF-IDF + logistic regression", "most frequent tag per word"]
-    for line in table[1:6]:  # every starting point fine-tuned on both tasks
+    for line in table[1:5]:  # every starting point fine-tuned on both tasks
         cells = line.strip("| ").split(" | ")
         assert all(0 <= float(c.split()[0]) <= 100 for c in cells[3:5]), line
     assert "bertjax 0.4 min beats random init by" in done.stdout
@@ -42,7 +42,7 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     # A rerun finds every result on disk: nothing is trained again.
     again = subprocess.run(
         [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.4", "--points",
-         "0.5,1", "--peer-points", "0.5,1", "--seeds", "1", "--tasks", "sentiment,pos",
+         "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
          "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
          "--max-eval-examples", "64", "--epochs", "1", "--prepared", small_corpus_dir,
          "--workdir", str(workdir)],
