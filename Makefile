@@ -18,14 +18,15 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-# --no-compile: pip would byte-compile every module of the 3 GB of packages (half the install time,
-# measured); Python compiles the few that are imported when they first are.
+# pip byte-compiles the packages as it installs them (half of the install's time): with
+# --no-compile, a machine with PYTHONDONTWRITEBYTECODE set (this one) compiled the sources anew in
+# every process, and the suite took 3,370 s instead of 3,057 s.
 $(VENV)/.installed: $(PY) setup.cfg pyproject.toml
-	$(PY) -m pip install -q --no-compile -e .
+	$(PY) -m pip install -q -e .
 	touch $@
 
 $(VENV)/.installed-test: $(PY) setup.cfg pyproject.toml
-	$(PY) -m pip install -q --no-compile -e '.[test]'
+	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
