@@ -243,11 +243,18 @@ def isfile(path: str) -> bool:
 
 
 def object_kind(fs, inner: str) -> str | None:
-    """"file", "directory" or None (nothing there). fsspec's own isdir/isfile answer False for
-    any error, a request that timed out included: a listing that timed out would then look empty
-    (and a failed run would remove a workdir whose checkpoints it could not list)."""
+    """"file", "directory" or None (nothing there)."""
+    info = object_info(fs, inner)
+    return info["type"] if info is not None else None
+
+
+def object_info(fs, inner: str) -> dict | None:
+    """The backend's description of what is at `inner`, or None when nothing is. fsspec's own
+    isdir/isfile answer False for any error, a request that timed out included: a listing that
+    timed out would then look empty (and a failed run would remove a workdir whose checkpoints it
+    could not list)."""
     try:
-        return fs.info(inner)["type"]
+        return fs.info(inner)
     except FileNotFoundError:
         return None
 

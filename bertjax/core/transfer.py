@@ -37,8 +37,9 @@ def remote_files(url: str) -> dict[str, dict]:
     nothing is there)."""
     fs, inner = storage.filesystem(url)
     with storage.reported(url, "list"):
-        if storage.object_kind(fs, inner) == "file":
-            return {"": _entry(fs.info(inner))}
+        info = storage.object_info(fs, inner)
+        if info is not None and info["type"] == "file":
+            return {"": _entry(info)}
         found = fs.find(inner, detail=True, withdirs=False)
     prefix = inner.rstrip("/") + "/"
     return {name[len(prefix):]: _entry(info) for name, info in found.items()
