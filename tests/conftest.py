@@ -106,6 +106,19 @@ def finetune_vocab_dir(tmp_path_factory, demo_articles) -> str:
 
 
 @pytest.fixture(scope="session")
+def sentiment_run(tmp_path_factory, finetune_vocab_dir) -> str:
+    """A tiny model fine-tuned from scratch for 2 epochs on 2,000 real movie reviews (a finished
+    run, only its best checkpoint left): test_finetune's subject and test_distill's teacher.
+    Tests read it; the one that writes into it (predict) adds a file beside what others read."""
+    from finetune_runs import SENTIMENT, finetune
+
+    workdir = str(tmp_path_factory.mktemp("sentiment") / "wd")
+    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
+                    **SENTIMENT) == 0
+    return workdir
+
+
+@pytest.fixture(scope="session")
 def wiki_tasks(tmp_path_factory, demo_articles) -> dict:
     """SQuAD JSON and QNLI-style TSV files from the Wikipedia articles (see finetune_data)."""
     import finetune_data

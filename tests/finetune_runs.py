@@ -12,6 +12,12 @@ TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dr
         "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 10,
         "train.bucket_multiple": 0}
 
+# The movie-review sentiment run of test_finetune (also test_distill's teacher). Logged every
+# step: a resumed run then logs exactly what an uninterrupted one does (a window of steps
+# straddling the crash would average fewer steps).
+SENTIMENT = {"data.max_train_examples": 2000, "data.max_eval_examples": 400,
+             "data.max_seq_len": 40, "train.epochs": 2, "train.log_every": 1}
+
 
 def finetune(config: str, workdir: str, **settings) -> int:
     argv = ["bertjax.cli.main", f"--config={REPO}/configs/{config}.py", f"--workdir={workdir}"]

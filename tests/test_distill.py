@@ -10,7 +10,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.inference import loading
 from bertjax.inference import api
 from bertjax.finetune import distillation, objectives, readers
 from bertjax.finetune.distillation import TEACHER_LOGITS
@@ -119,12 +118,10 @@ def test_alpha_zero_is_plain_fine_tuning_exactly():
 # --- end to end --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def teacher_run(tmp_path_factory, finetune_vocab_dir):
-    """A tiny (2-layer) teacher fine-tuned on 2,000 real movie-review sentences."""
-    workdir = str(tmp_path_factory.mktemp("teacher") / "wd")
-    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
-                    **TEACHER) == 0
-    return workdir
+def teacher_run(sentiment_run):
+    """A tiny (2-layer) teacher fine-tuned on 2,000 real movie-review sentences (test_finetune's
+    sentiment run, made once a worker)."""
+    return sentiment_run
 
 
 def distill(workdir, teacher, **settings):

@@ -16,29 +16,15 @@ import numpy as np
 import pytest
 
 from bertjax.inference import loading
-from bertjax.cli import main
 from bertjax.finetune import evaluation, readers
 from bertjax.jobs import predict
 from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.finetune.tasks import TaskSettings, task_class
-from bertjax.interop import params_dir
 from bertjax.train import checkpoint
 from bertjax.train.metrics_log import read_metrics
-from finetune_runs import finetune, results
+from finetune_runs import SENTIMENT, finetune, results
 
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
-# Logged every step: a resumed run then logs exactly what an uninterrupted one does (a window
-# of steps straddling the crash would average fewer steps).
-SENTIMENT = {"data.max_train_examples": 2000, "data.max_eval_examples": 400,
-             "data.max_seq_len": 40, "train.epochs": 2, "train.log_every": 1}
-
-
-@pytest.fixture(scope="module")
-def sentiment_run(tmp_path_factory, finetune_vocab_dir) -> str:
-    workdir = str(tmp_path_factory.mktemp("sentiment") / "wd")
-    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
-                    **SENTIMENT) == 0
-    return workdir
 
 
 def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
