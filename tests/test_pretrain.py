@@ -159,6 +159,7 @@ def test_a_checkpoint_of_another_shape_is_refused_even_without_run_record(
     assert main.main(args) == 2
     err = capsys.readouterr().err
     assert "another model shape or vocabulary" in err
+    assert "train step at" not in err  # refused before the steps were compiled (and reported)
     after = snapshot(copy)
     after.pop("run.json", None)
     assert after == before

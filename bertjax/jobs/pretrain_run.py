@@ -78,6 +78,9 @@ class PretrainRun:
         done = max(loading.checkpoint_steps(self.run_dir.checkpoints), default=0)
         abstract, shardings = common.abstract_state(self.model, self.optimizer, self.first_shapes,
                                                     self.mesh, s.train.seed)
+        if done:  # a checkpoint of another shape is refused now, not after compiling
+            with Checkpointer(self.run_dir.checkpoints, keep=None, read_only=True) as saved:
+                saved.refuse_another_model(abstract)
         compiled = {}
         for phase in schedule.phases:
             if schedule.phase_end(phase, s.train.steps) > done:

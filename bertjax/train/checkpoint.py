@@ -207,6 +207,19 @@ class Checkpointer:
             raise UserError(f"no checkpoint in {self.directory} restores: {listed}")
         return None
 
+    def refuse_another_model(self, abstract_state: Any) -> None:
+        """restore_latest's check of the model, alone: UserError when the newest checkpoint whose
+        metadata reads is of another model shape. No array is read and nothing moved, so a run
+        can be refused before it spends minutes compiling."""
+        for step in sorted(self.all_steps(), reverse=True):
+            try:
+                saved = self._manager.item_metadata(step)["state"]
+            except Exception:  # damaged: restore_latest sets it aside and tries the next
+                continue
+            if saved is not None:
+                faults.check_compatible(saved, abstract_state, self.directory)
+                return
+
     def wait(self) -> None:
         if self._failure is None:
             with self._write_errors():
