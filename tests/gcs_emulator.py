@@ -257,8 +257,14 @@ def _serve(preconditions: bool) -> None:
     logging.basicConfig(level=logging.CRITICAL)
     if preconditions:
         _honour_preconditions()
+    import http.server
+
     from gcp_storage_emulator.server import create_server
 
+    # The server answers one request at a time, and clients (tensorstore writing a checkpoint)
+    # open dozens of connections at once: with socketserver's listen backlog of 5, the kernel
+    # dropped the rest and each waited out a 1 s SYN retransmission.
+    http.server.HTTPServer.request_queue_size = 1024
     server = create_server(HOST, 0, in_memory=True)
     server.start()
     parent = os.getppid()
