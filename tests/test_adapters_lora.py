@@ -239,11 +239,17 @@ def test_lora_adds_nothing_at_init_and_both_methods_agree_across_layouts():
             "params"])
 
     base_model = preset("tiny", vocab_size=1000, scan_layers=True)
-    base_params = init(base_model, 0)
+    # The base weights: a LoRA model's initialization less what LoRA adds (an initializer
+    # compiled once, for the LoRA model; its fresh parameters below come from another seed).
+    lora_init = jax.jit(Encoder(base_model.replace(lora_rank=4)).init)
+    base_params = traverse_util.unflatten_dict({
+        tuple(k.split("/")): v for k, v in flat(nn.meta.unbox(lora_init(
+            jax.random.key(0), *inputs)["params"])).items() if not adaptation.added(k)})
     base_out = run(base_model, base_params)
     for adapted, tolerance in ((dict(lora_rank=4), 0.0), (dict(adapter_size=8), 2e-2)):
         model = base_model.replace(**adapted)
-        fresh = init(model, 1)
+        fresh = (nn.meta.unbox(lora_init(jax.random.key(1), *inputs)["params"])
+                 if "lora_rank" in adapted else init(model, 1))
         params = {**flat(fresh), **flat(base_params)}  # the base weights, loaded by name
         assert set(flat(fresh)) - set(flat(base_params)) == {
             n for n in flat(fresh) if adaptation.added(n)}

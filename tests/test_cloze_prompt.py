@@ -76,7 +76,10 @@ def pretrained(tmp_path_factory, tokenizer_dir):
     cfg = config(load_tokenizer(tokenizer_dir).vocab_size)
     batch = {k: jnp.zeros((1, 4), jnp.int32)
              for k in ("input_ids", "segment_ids", "input_mask", "masked_positions")}
-    params = nn.meta.unbox(BertForPretraining(cfg).init(jax.random.key(7), batch)["params"])
+    # Jitted: op-by-op dispatch of the initializers (and the scanned layers) is slower than one
+    # compile.
+    params = nn.meta.unbox(jax.jit(BertForPretraining(cfg).init)(jax.random.key(7), batch)[
+        "params"])
     params = jax.tree.map(np.asarray, params)
     workdir = save_workdir(str(tmp_path_factory.mktemp("pre") / "wd"), params, cfg,
                            task="pretrain", heads={"nsp": True, "sbo": False},
@@ -132,10 +135,18 @@ def test_soft_prompt_vectors_act_exactly_like_tokens_in_their_slots(pretrained, 
     words = np.array([tok.token_to_id(w) for w in ("the", "film", "was", "good")])
     model = SequenceClassifier(cfg, 2, prompt_length=4)
     batch = {k: jnp.asarray(v) for k, v in f.arrays.items()}
-    variables = nn.meta.unbox(model.init(jax.random.key(0), batch))["params"]
+    # The model's parameter shapes without compiling its initializers: the encoder and the prompt
+    # are set below, the rest (the classifier) is any values.
+    shapes = nn.meta.unbox(jax.eval_shape(model.init, jax.random.key(0), batch))["params"]
+    assert shapes["soft_prompt"]["embeddings"].shape == (4, cfg.hidden_size)
+    rng = np.random.default_rng(0)
+    variables = jax.tree.map(lambda s: rng.normal(0, 0.02, s.shape).astype(s.dtype),
+                             {k: v for k, v in shapes.items() if k not in ("encoder",
+                                                                           "soft_prompt")})
     variables = {**variables, "encoder": params["encoder"],
                  "soft_prompt": {"embeddings": params["encoder"]["embeddings"][
                      "word_embeddings"][words]}}
+    assert jax.tree.map(np.shape, variables) == jax.tree.map(np.shape, shapes)
     prompted = model.apply({"params": variables}, batch)["logits"]
     as_tokens = dict(batch, input_ids=batch["input_ids"].at[0, 1:5].set(words))
     plain = SequenceClassifier(cfg, 2).apply(
@@ -163,7 +174,7 @@ def test_zero_shot_scores_are_the_pretrained_mlm_heads_logits_at_the_mask(zero_s
     f = cloze.encode_cloze(tok, dev, cloze.ClozeLayout(TEMPLATE, 40), np.zeros(len(dev)), "dev")
     batch = {k: f.arrays[k] for k in ("input_ids", "segment_ids", "input_mask")}
     batch["masked_positions"] = f.arrays["mask_position"][:, None]
-    mlm = BertForPretraining(cfg).apply({"params": params}, batch)["mlm_logits"][:, 0]
+    mlm = jax.jit(BertForPretraining(cfg).apply)({"params": params}, batch)["mlm_logits"][:, 0]
     direct = np.asarray(mlm)[:, [tok.token_to_id("bad"), tok.token_to_id("good")]]
     gold = np.array([e.label == "positive" for e in dev])
     assert r["eval"]["accuracy"] == pytest.approx(np.mean(direct.argmax(-1) == gold), abs=1e-9)
