@@ -139,8 +139,11 @@ def test_packed_epochs_have_static_shapes_and_every_sequence_once():
 
 
 def test_a_packed_run_trains_and_reports_its_padding(tmp_path, finetune_vocab_dir):
-    settings = {"data.tokenizer": finetune_vocab_dir, "data.max_train_examples": 1200,
-                "data.max_eval_examples": 400, "data.max_seq_len": 64, "train.epochs": 2,
+    # 600 reviews pack as 1,200 did (seed 0: 42 of 45 steps a epoch allowed, packed padding 0.033;
+    # 1,200: 83 of 90, 0.015); no learning is asserted, so 100 eval examples suffice.
+    n = 600
+    settings = {"data.tokenizer": finetune_vocab_dir, "data.max_train_examples": n,
+                "data.max_eval_examples": 100, "data.max_seq_len": 64, "train.epochs": 2,
                 "train.batch_size": 8, "train.bucket_multiple": 16}
     packed = str(tmp_path / "packed")
     assert finetune("finetune_sentiment", packed, **settings, **{"train.packing": "true"}) == 0
@@ -148,7 +151,7 @@ def test_a_packed_run_trains_and_reports_its_padding(tmp_path, finetune_vocab_di
     padding = r["train_padding"]
     assert padding["packed"] < padding["length_buckets"] < padding["padded_to_max_seq_len"]
     assert padding["packed"] < 0.15
-    assert r["steps_per_epoch"] < 0.6 * 1200 / 8  # two sentences a row, most rows
+    assert r["steps_per_epoch"] < 0.6 * n / 8  # two sentences a row, most rows
     assert r["finished"] and len(r["history"]) == 2 and 0 <= r["best_metric"] <= 1
 
 

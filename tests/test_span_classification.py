@@ -136,7 +136,9 @@ def test_the_classifier_reads_start_end_and_the_attention_pooled_span():
 
 # --- end to end --------------------------------------------------------------------------------
 
-SPANS = {"data.max_seq_len": 48, "train.epochs": 5, "train.batch_size": 32,
+# Two epochs: the best dev accuracy (it peaks early) is 0.449 / 0.455 / 0.449 for seeds 0 / 1 / 2
+# against majority + 0.1 = 0.418, as five epochs gave (0.449 for seed 0), in under half the steps.
+SPANS = {"data.max_seq_len": 48, "train.epochs": 2, "train.batch_size": 32,
          "train.bucket_multiple": 0}
 
 
@@ -234,11 +236,14 @@ def test_the_qa_span_scorer_equals_the_mlp_on_each_span_representation():
 
 def test_qa_with_the_span_scorer_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
+    # 600 questions, 64 tokens: dev F1 97.8 / 99.3 for seeds 0 / 1 (all of them at 96 tokens and
+    # 300 dev questions: 99.7), far above the threshold below.
     assert finetune("finetune_qa", workdir, **{
         "data.tokenizer": finetune_vocab_dir, "data.train": wiki_tasks["qa_train.json"],
-        "data.eval": wiki_tasks["qa_dev.json"], "data.max_seq_len": 96,
-        "data.max_query_length": 40, "data.doc_stride": 32, "data.max_answer_length": 8,
-        "data.max_eval_examples": 300, "train.epochs": 1, "finetune.qa_scorer": "span"}) == 0
+        "data.eval": wiki_tasks["qa_dev.json"], "data.max_seq_len": 64,
+        "data.max_query_length": 24, "data.doc_stride": 24, "data.max_answer_length": 8,
+        "data.max_train_examples": 600, "data.max_eval_examples": 150, "train.epochs": 1,
+        "finetune.qa_scorer": "span"}) == 0
     r = results(workdir)
     # Answering with the first context word scores about 0 here.
     assert r["main_metric"] == "f1" and r["eval"]["f1"] > 30.0, r["history"]
