@@ -1,5 +1,5 @@
 """Who writes an array that every device holds: Orbax splits a large one across the replicas and
-writes a small one whole (train/checkpoint.py, MIN_REPLICA_SLICE_BYTES); both restore as saved."""
+writes a small one whole (train/orbax_arrays.py, MIN_REPLICA_SLICE_BYTES); both restore as saved."""
 
 import logging
 
@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bertjax.train.checkpoint import MIN_REPLICA_SLICE_BYTES, Checkpointer
+from bertjax.train.checkpoint import Checkpointer
+from bertjax.train.orbax_arrays import MIN_REPLICA_SLICE_BYTES
 
 
 def test_small_replicated_arrays_are_written_whole_and_large_ones_split(tmp_path, caplog):

@@ -19,7 +19,6 @@ the free space while the earlier checkpoints stay as they were.
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 from typing import Any
 
@@ -27,23 +26,15 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
-# Orbax's default array handler keeps array metadata in this store, which has no public name.
-from orbax.checkpoint._src.metadata import array_metadata_store
 
 from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.train import checkpoint_faults as faults
 from bertjax.train.checkpoint_faults import CheckpointWriteError  # noqa: F401 (re-exported)
 from bertjax.train.metrics_log import NonFiniteLossError
+from bertjax.train.orbax_arrays import split_only_large_arrays
 
 CHECKPOINT_DIR = "checkpoints"
-# Orbax splits the write of an array replicated over R devices into R slices, one per replica,
-# each a separately compiled slice program (per shape and offset) and transfer: for the many
-# small arrays of a model (biases, LayerNorms, a tiny model's everything) that costs more than it
-# saves. Orbax already turns splitting off on GPUs; here it is kept for slices of 1 MiB and up.
-# Measured with a 2-layer model fine-tuned over 8 CPU devices: the run compiled 209 programs,
-# 113 with this, and its 4 saves took 11.4 s, then 3.3 s.
-MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 
 def checkpoint_dir(workdir: str) -> str:
@@ -67,15 +58,6 @@ def latest_step(workdir: str) -> int | None:
                         f"{faults.short_reason(e)}") from None
 
 
-@functools.cache
-def _split_only_large_arrays() -> None:
-    """Orbax's array handler (process-wide, as Orbax keeps it) with MIN_REPLICA_SLICE_BYTES."""
-    handler = ocp.type_handlers.ArrayHandler(
-        min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES,
-        array_metadata_store=array_metadata_store.Store())  # as Orbax's default handler has
-    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
-
-
 class _Unreadable(Exception):
     """A checkpoint that is damaged on disk (as opposed to one of another model)."""
 
@@ -87,7 +69,7 @@ class Checkpointer:
             raise UserError(f"keep={keep}: the number of checkpoints to keep cannot be negative "
                             "(0 keeps them all)")
         faults.quiet_orbax_errors()
-        _split_only_large_arrays()
+        split_only_large_arrays()
         self.directory = checkpoint_dir(workdir)
         self.read_only = read_only
         self._keep = keep or None  # 0 and None keep them all
