@@ -109,7 +109,7 @@ def finetune_vocab_dir(tmp_path_factory, demo_articles) -> str:
 def sentiment_run(tmp_path_factory, finetune_vocab_dir) -> str:
     """A tiny model fine-tuned from scratch for 2 epochs on 2,000 real movie reviews (a finished
     run, only its best checkpoint left): test_finetune's subject and test_distill's teacher.
-    Tests read it; the one that writes into it (predict) adds a file beside what others read."""
+    Tests only read it or start from it; their own outputs go to their tmp_path."""
     from finetune_runs import SENTIMENT, finetune
 
     workdir = str(tmp_path_factory.mktemp("sentiment") / "wd")

@@ -195,12 +195,11 @@ class Checkpointer:
         can be refused before it spends minutes compiling."""
         for step in sorted(self.all_steps(), reverse=True):
             try:
-                saved = self._manager.item_metadata(step)["state"]
-            except Exception:  # damaged: restore_latest sets it aside and tries the next
+                saved = self._state_metadata(step)
+            except _Unreadable:  # restore_latest sets it aside and tries the next
                 continue
-            if saved is not None:
-                faults.check_compatible(saved, abstract_state, self.directory)
-                return
+            faults.check_compatible(saved, abstract_state, self.directory)
+            return
 
     def wait(self) -> None:
         if self._failure is None:
@@ -247,8 +246,8 @@ class Checkpointer:
                 faults.describe_write_failure(step, self.directory, reason))
             raise self._failure from None
 
-    def _restore_checked(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
-        """Restores `step`; raises _Unreadable for damage and UserError for another model."""
+    def _state_metadata(self, step: int) -> Any:
+        """The saved state's tree of array metadata; _Unreadable when it does not read."""
         try:
             saved = self._manager.item_metadata(step)["state"]
         except KeyError:
@@ -257,7 +256,11 @@ class Checkpointer:
             raise _Unreadable(f"metadata: {faults.short_reason(e)}") from None
         if saved is None:
             raise _Unreadable("metadata: state/_METADATA is missing")
-        faults.check_compatible(saved, abstract_state, self.directory)
+        return saved
+
+    def _restore_checked(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
+        """Restores `step`; raises _Unreadable for damage and UserError for another model."""
+        faults.check_compatible(self._state_metadata(step), abstract_state, self.directory)
         try:
             restored = self._manager.restore(step, args=ocp.args.Composite(
                 state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
