@@ -156,6 +156,8 @@ class GcsEmulator:
         os.kill(self.proc.pid, signal.SIGSTOP)
         deadline = time.monotonic() + 10.0
         while not self._every_thread_stopped():
+            if self.proc.poll() is not None:
+                raise self._fail("exited instead of stopping on SIGSTOP")
             if time.monotonic() > deadline:
                 raise self._fail("did not stop within 10 s of SIGSTOP")
             time.sleep(0.001)
@@ -163,7 +165,11 @@ class GcsEmulator:
     def _every_thread_stopped(self) -> bool:
         tasks = f"/proc/{self.proc.pid}/task"
         states = []
-        for tid in os.listdir(tasks):
+        try:
+            threads = os.listdir(tasks)
+        except FileNotFoundError:  # the process is gone: pause() reports it
+            return False
+        for tid in threads:
             try:
                 with open(f"{tasks}/{tid}/stat", encoding="ascii") as f:
                     states.append(f.read().rsplit(")", 1)[1].split()[0])  # the name may hold spaces
