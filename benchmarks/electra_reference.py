@@ -199,7 +199,8 @@ def one_step_difference(model, objective, params, disc, gen, b, lam, encoder, he
                           rngs={"dropout": jax.random.PRNGKey(1)})
         return objective.loss_from_sums(objective.metric_sums(out, b)), out["sampled_ids"]
 
-    (ours, samples), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    # Jitted: op by op, the step compiles ~200 programs, one per primitive and shape.
+    (ours, samples), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     named = torch_named(disc, gen)
     for p in named.values():
         p.grad = None

@@ -119,7 +119,7 @@ def test_gradients_match_masked_full_attention(length, half_window, packed):
         return lambda q, k, v: jnp.sum(attend(q, k, v, key_mask, half_window, pack_ids) * weights)
 
     got = jax.jit(jax.grad(loss(sliding_window_attention), argnums=(0, 1, 2)))(q, k, v)
-    want = jax.grad(loss(jnp_full), argnums=(0, 1, 2))(q, k, v)
+    want = jax.jit(jax.grad(loss(jnp_full), argnums=(0, 1, 2)))(q, k, v)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
 

@@ -59,7 +59,7 @@ def test_packed_sequences_compute_what_they_compute_alone(architecture, scan):
     model = BertForPretraining(config, nsp=False)
     sequences = _sequences()
     packed = _packed(sequences)
-    params = nn.unbox(model.init(jax.random.PRNGKey(0), packed))
+    params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), packed))
     together = np.asarray(jax.jit(model.apply)(params, packed)["mlm_logits"])[0]
     start = 0
     for seq in sequences:
@@ -76,10 +76,11 @@ def test_without_pack_ids_a_packed_row_would_leak_between_sequences():
     model = BertForPretraining(config, nsp=False)
     sequences = _sequences()
     packed = _packed(sequences)
-    params = nn.unbox(model.init(jax.random.PRNGKey(0), packed))
+    params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), packed))
     leaky = {k: v for k, v in packed.items() if k != "pack_ids"}
-    together = np.asarray(model.apply(params, leaky)["mlm_logits"])[0, :LENGTHS[0]]
-    alone = np.asarray(model.apply(params, _alone(sequences[0]))["mlm_logits"])[0, :LENGTHS[0]]
+    apply = jax.jit(model.apply)
+    together = np.asarray(apply(params, leaky)["mlm_logits"])[0, :LENGTHS[0]]
+    alone = np.asarray(apply(params, _alone(sequences[0]))["mlm_logits"])[0, :LENGTHS[0]]
     assert np.abs(together - alone).max() > 1e-3
 
 
@@ -88,15 +89,16 @@ def test_a_packed_gradient_equals_the_sum_of_the_sequences_gradients():
     model = BertForPretraining(config, nsp=False)
     sequences = _sequences()
     packed = _packed(sequences)
-    params = nn.unbox(model.init(jax.random.PRNGKey(0), packed))
+    params = nn.unbox(jax.jit(model.init)(jax.random.PRNGKey(0), packed))
 
     def loss(p, batch, weights):
         logits = model.apply(p, batch)["mlm_logits"]
         return jnp.sum(jax.nn.log_softmax(logits)[..., 7] * weights)
 
     packed_weights = packed["input_mask"].astype(np.float32)
-    together = jax.grad(loss)(params, packed, packed_weights)
-    apart = [jax.grad(loss)(params, _alone(s), _alone(s)["input_mask"].astype(np.float32))
+    gradient = jax.jit(jax.grad(loss))
+    together = gradient(params, packed, packed_weights)
+    apart = [gradient(params, _alone(s), _alone(s)["input_mask"].astype(np.float32))
              for s in sequences]
     summed = jax.tree.map(lambda *g: sum(g), *apart)
     for a, b in zip(jax.tree.leaves(together), jax.tree.leaves(summed)):

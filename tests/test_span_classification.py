@@ -116,16 +116,17 @@ def test_the_classifier_reads_start_end_and_the_attention_pooled_span():
     batch = {"input_ids": jnp.asarray([[2, 7, 8, 9, 3, 0]]), "segment_ids": jnp.zeros((1, 6), int),
              "input_mask": jnp.asarray([[1, 1, 1, 1, 1, 0]]), "span_start": jnp.asarray([1]),
              "span_end": jnp.asarray([3])}
-    variables = model.init(jax.random.PRNGKey(0), batch)
+    variables = jax.jit(model.init)(jax.random.PRNGKey(0), batch)
     params = jax.tree.map(np.asarray, jax.device_get(nn.meta.unbox(variables["params"])))
     assert params["classifier"]["kernel"].shape == (24, 3)
     assert params["span_attention"]["kernel"].shape == (8, 1)
-    logits = model.apply({"params": params}, batch)["logits"]
+    logits = jax.jit(model.apply)({"params": params}, batch)["logits"]
     # By hand from the encoder's states: [h_1; h_3; softmax(w h + b)-weighted h_1..h_3].
     from bertjax.model.encoder import Encoder
 
-    h = np.asarray(Encoder(config).apply({"params": params["encoder"]}, batch["input_ids"],
-                                         batch["segment_ids"], batch["input_mask"]).sequence)[0]
+    encode = jax.jit(Encoder(config).apply)
+    h = np.asarray(encode({"params": params["encoder"]}, batch["input_ids"], batch["segment_ids"],
+                          batch["input_mask"]).sequence)[0]
     a = params["span_attention"]
     s = (h[1:4] @ a["kernel"])[:, 0] + a["bias"][0]
     w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()
@@ -209,12 +210,13 @@ def test_the_qa_span_scorer_equals_the_mlp_on_each_span_representation():
              "context_mask": jnp.asarray([[0, 0, 0, 1, 1, 1, 1, 0]])}
     for pooling in ("mean", "attention"):
         model = span_heads.SpanScorer(config, k, pooling=pooling)
-        params = jax.device_get(nn.meta.unbox(model.init(jax.random.PRNGKey(1), batch)["params"]))
+        variables = jax.jit(model.init)(jax.random.PRNGKey(1), batch)
+        params = jax.device_get(nn.meta.unbox(variables["params"]))
         params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
-        got = np.asarray(model.apply({"params": params}, batch)["span_scores"][0])
+        got = np.asarray(jax.jit(model.apply)({"params": params}, batch)["span_scores"][0])
         from bertjax.model.encoder import Encoder
 
-        h = np.asarray(Encoder(config).apply(
+        h = np.asarray(jax.jit(Encoder(config).apply)(
             {"params": params["encoder"]}, batch["input_ids"], batch["segment_ids"],
             batch["input_mask"]).sequence, np.float64)[0]
         a = (h @ params["span_attention"]["kernel"][:, 0] + params["span_attention"]["bias"][0]
