@@ -2,7 +2,6 @@
 buckets, the MLM head's fill_mask, a fine-tuned run's predict (the same as predict mode), and bad
 input as one UserError. Numerics against transformers are in tests/test_embed.py."""
 
-import dataclasses
 import json
 import os
 
@@ -96,7 +95,7 @@ def test_fill_mask_is_the_mlm_head_at_the_mask(pretrained):
     batch = {"input_ids": row[None], "segment_ids": np.zeros_like(row)[None],
              "input_mask": np.ones_like(row)[None],
              "masked_positions": np.array([[position]], np.int32)}
-    logits = BertForPretraining(config(True), nsp=True).apply({"params": params}, batch)
+    logits = jax.jit(BertForPretraining(config(True), nsp=True).apply)({"params": params}, batch)
     probs = np.asarray(jax.nn.softmax(logits["mlm_logits"][0, 0]))
     best = np.argsort(-probs)[:3]
     assert [t for t, _ in found[0]] == [model.tokenizer.id_to_token(int(i)) for i in best]
