@@ -68,8 +68,9 @@ def test_packed_logits_and_loss_are_the_unpacked_ones(name, regression):
     packed, rows = packed_of(arrays, regression)
     model = SequenceClassifier(encoder(name), 1 if regression else 3)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), arrays)["params"]
-    alone = np.asarray(jax.jit(model.apply)({"params": params}, arrays)["logits"])
-    together = np.asarray(jax.jit(model.apply)({"params": params}, packed)["logits"])  # [R, S, C]
+    apply = jax.jit(model.apply)
+    alone = np.asarray(apply({"params": params}, arrays)["logits"])
+    together = np.asarray(apply({"params": params}, packed)["logits"])  # [R, S, C]
     for r, members in enumerate(rows):
         np.testing.assert_allclose(together[r, :len(members)], alone[members], atol=1e-5)
     objective = objectives.REGRESSION if regression else objectives.CLASSIFICATION
