@@ -4,14 +4,16 @@ documented `python -m bertjax.X` modules are thin shims that run a module of thi
 A process started as a bertjax command (`python -m bertjax.X`) re-executes itself here, once,
 with glibc's huge-page tunable (`bertjax.core.host_memory`): glibc reads tunables only when a
 process starts, so it must happen before any command module imports JAX, and every command module
-is imported after this package. A program or a test that imports a command is left as it is.
+is imported after this package. Such a process also imports with Python's garbage collector held
+off until its main begins (`bertjax.core.startup_collection`). A program or a test that imports a
+command is left as it is.
 """
 
 from __future__ import annotations
 
 import sys
 
-from bertjax.core import host_memory
+from bertjax.core import host_memory, startup_collection
 
 # Python's options that take their value as the next argument (`python -W ignore -m X`).
 _OPTIONS_WITH_VALUE = ("-W", "-X")
@@ -34,3 +36,4 @@ def program_module(argv: list[str]) -> str:
 
 if program_module(getattr(sys, "orig_argv", [])).split(".")[0] == "bertjax":
     host_memory.reexec_with_huge_pages()
+    startup_collection.hold_during_imports()
