@@ -32,6 +32,8 @@ SHORT = {"train.steps": 6, "train.checkpoint_every": 3, "train.eval_every": 0,
 # checkpoint of step N is on disk, a crash at an exactly known point.
 CHILD = textwrap.dedent("""
     import os, signal, sys
+    from bertjax.core import startup_collection
+    startup_collection.hold_during_imports()  # as `python -m bertjax.main` starts
     from bertjax.train import checkpoint
     kill_at = int(os.environ.get("KILL_AFTER_CHECKPOINT", "0"))
     # "PID:N": once checkpoint N is complete, SIGSTOP process PID (a storage server that stops
