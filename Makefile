@@ -13,7 +13,9 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 # The suite's processes allocate heavily (XLA's compiler and Python): glibc's malloc was 11% of a
 # cold suite's CPU (perf, every process). mimalloc (the test extras' cmeel-mimalloc) is preloaded
-# into pytest and every process it starts; where it is missing nothing is preloaded.
+# into pytest and every process it starts; where it is missing nothing is preloaded. It takes its
+# memory in 2 MiB pages where the kernel allows (transparent huge pages on madvise): fewer page
+# faults; two tiny fine-tuning runs side by side took 17.4-18.9 s against 17.8-19.3 s (3 pairs).
 MIMALLOC = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cmeel.prefix/lib/libmimalloc.so
 
 .PHONY: demo test install install-test clean-venv
@@ -52,7 +54,8 @@ demo: $(VENV)/.installed
 # workers share pytest's rewritten test modules. __pycache__/ is ignored by git.
 test: $(VENV)/.installed-test
 	lib=$(MIMALLOC); test -f "$$lib" || lib=; \
-	LD_PRELOAD="$$lib$${LD_PRELOAD:+ $$LD_PRELOAD}" env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	LD_PRELOAD="$$lib$${LD_PRELOAD:+ $$LD_PRELOAD}" MIMALLOC_ALLOW_LARGE_OS_PAGES=1 \
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
