@@ -15,7 +15,8 @@ TEST_WORKERS ?= 2
 # cold suite's CPU (perf, every process). mimalloc (the test extras' cmeel-mimalloc) is preloaded
 # into pytest and every process it starts; where it is missing nothing is preloaded. It takes its
 # memory in 2 MiB pages where the kernel allows (transparent huge pages on madvise): fewer page
-# faults; two tiny fine-tuning runs side by side took 17.4-18.9 s against 17.8-19.3 s (3 pairs).
+# faults; two tiny fine-tuning runs side by side took 17.4-18.9 s against 17.8-19.3 s (the means
+# of three alternating pairs).
 MIMALLOC = $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/cmeel.prefix/lib/libmimalloc.so
 
 .PHONY: demo test install install-test clean-venv
@@ -31,8 +32,8 @@ $(VENV)/bin/uv: $(PY)
 # such as its CPU-only torch) are passed on, and the best version across them and the index is
 # taken, as pip takes it. Bytecode: the demo's install compiles every package up front (a machine
 # with PYTHONDONTWRITEBYTECODE set, this one, would otherwise compile the sources anew in every
-# process); the suite's writes bytecode for what its processes import (the `test` target), a
-# fraction of the 20 s that compiling everything adds to the install.
+# process); the test extras are not (20 s more): the `test` target writes bytecode for what the
+# suite's processes import.
 FIND_LINKS = $${PIP_FIND_LINKS:-$$($(PY) -m pip config get global.find-links 2>/dev/null)}
 UV_INSTALL = $(VENV)/bin/uv pip install -q --python $(PY) --index-strategy unsafe-best-match \
 	$$(for l in $(FIND_LINKS); do echo --find-links=$$l; done)
