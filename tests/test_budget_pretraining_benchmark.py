@@ -19,7 +19,7 @@ import budget_baselines  # noqa: E402
 def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     workdir = tmp_path / "bench"
     done = subprocess.run(
-        [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.1", "--points",
+        [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
          "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
          "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
          "--max-eval-examples", "64", "--epochs", "1", "--jobs", "2", "--prepared",
@@ -31,17 +31,17 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     table = [line for line in done.stdout.splitlines() if line.startswith("| ")]
     starts = [line.split(" | ")[0][2:] for line in table[1:]]
     # The peer saved at the end only (its checkpoints along the way: test_transformers_budget).
-    assert starts == ["random init", "bertjax 0.05 min", "bertjax 0.1 min", "transformers 0.1 min",
+    assert starts == ["random init", "bertjax 0.025 min", "bertjax 0.05 min", "transformers 0.05 min",
                       "TF-IDF + logistic regression", "most frequent tag per word"]
     for line in table[1:5]:  # every starting point fine-tuned on both tasks
         cells = line.strip("| ").split(" | ")
         assert all(0 <= float(c.split()[0]) <= 100 for c in cells[3:5]), line
-    assert "bertjax 0.1 min beats random init by" in done.stdout
+    assert "bertjax 0.05 min beats random init by" in done.stdout
     assert "at equal wall time bertjax" in done.stdout and "in half the time" in done.stdout
     assert (workdir / "budget_pretraining.png").stat().st_size > 10_000
     # A rerun finds every result on disk: nothing is trained again.
     again = subprocess.run(
-        [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.1", "--points",
+        [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
          "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
          "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
          "--max-eval-examples", "64", "--epochs", "1", "--prepared", small_corpus_dir,
@@ -87,7 +87,7 @@ def test_entities_and_the_word_tag_rule():
 
 def test_the_recipe_variants_run_end_to_end(tmp_path, small_corpus_dir):
     done = subprocess.run(
-        [sys.executable, "benchmarks/budget_recipe.py", "--minutes", "0.1", "--variants",
+        [sys.executable, "benchmarks/budget_recipe.py", "--minutes", "0.05", "--variants",
          "tiny", "--prepared", small_corpus_dir, "--max-train-examples", "48",
          "--max-eval-examples", "64", "--epochs", "1", "--workdir", str(tmp_path / "recipe")],
         cwd=REPO, env=child_env(BERTJAX_CACHE=os.environ["BERTJAX_CACHE"]),
