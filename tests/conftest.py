@@ -9,7 +9,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # XLA's CPU compiler is most of this suite's time (about 3,900 distinct programs, cold): LLVM at
 # -O1 instead of -O3 compiles a tiny fine-tuning run's steps in 3.7 s instead of 4.8 s and its
 # steps run no slower (-O0 compiles in 3.0 s, but the run's CPU goes from 21 s to 36 s).
-# Floating-point semantics are the same at every level (XLA asks for no fast math).
+# XLA asks for no fast math at any level, yet results are not bit-identical across levels (a tiny
+# model's initial parameters at -O0 differ from -O1's by up to 7.5e-9): tests compare runs made at
+# one level.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                                    "--xla_backend_optimization_level=1")
 # The test extras install libtpu (for `bertjax.compile`); without this every JAX process on a
