@@ -6,14 +6,17 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Before jax is imported anywhere: 8 CPU devices let one machine test (data, fsdp, tensor) meshes.
-# XLA's CPU compiler is most of this suite's time (about 3,900 distinct programs, cold): LLVM at
-# -O1 instead of -O3 compiles a tiny fine-tuning run's steps in 3.7 s instead of 4.8 s and its
-# steps run no slower (-O0 compiles in 3.0 s, but the run's CPU goes from 21 s to 36 s).
+# XLA's CPU compiler is most of this suite's time (about 2,600 distinct programs, cold). Its fusion
+# emitters build each fused kernel through MLIR, which costs more to compile than it gains a tiny
+# model; without them, and with the least optimization (compile_effort.py), a tiny fine-tuning
+# run's 6 programs compile in 1.7 s instead of 4.0 s. Tests marked `optimized` compile at LLVM
+# -O1 (not -O3: 3.7 s instead of 4.8 s for those steps, and they run no slower).
 # XLA asks for no fast math at any level, yet results are not bit-identical across levels (a tiny
 # model's initial parameters at -O0 differ from -O1's by up to 7.5e-9): tests compare runs made at
 # one level.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
-                                   "--xla_backend_optimization_level=1")
+                                   "--xla_backend_optimization_level=1 "
+                                   "--xla_cpu_use_fusion_emitters=false")
 # The test extras install libtpu (for `bertjax.compile`); without this every JAX process on a
 # machine with no TPU would try to start one first, and warn.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -37,7 +40,17 @@ os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARN
 import pytest  # noqa: E402
 
 from bertjax.core import packaged, storage  # noqa: E402
+import compile_effort  # noqa: E402
 from worker_shared import built_once  # noqa: E402
+
+compile_effort.set_default()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test (its fixtures' set-up included) compiles optimized only when marked so."""
+    with compile_effort.compiled(item.get_closest_marker(compile_effort.MARK) is not None):
+        return (yield)
 
 
 @pytest.fixture(scope="session")
@@ -124,8 +137,9 @@ def sentiment_run(tmp_path_factory, finetune_vocab_dir) -> str:
     from finetune_runs import SENTIMENT, finetune
 
     def build(root):
-        assert finetune("finetune_sentiment", os.path.join(root, "wd"),
-                        **{"data.tokenizer": finetune_vocab_dir}, **SENTIMENT) == 0
+        with compile_effort.compiled(optimized=True):  # 125 steps
+            assert finetune("finetune_sentiment", os.path.join(root, "wd"),
+                            **{"data.tokenizer": finetune_vocab_dir}, **SENTIMENT) == 0
 
     return os.path.join(built_once(tmp_path_factory, "sentiment_run", build), "wd")
 

@@ -189,6 +189,7 @@ def test_zero_shot_scores_are_the_pretrained_mlm_heads_logits_at_the_mask(zero_s
                                 for p in predicted], probabilities, atol=1e-5)
 
 
+@pytest.mark.optimized
 def test_few_shot_cloze_trains_the_whole_model_and_predicts(tmp_path, pretrained):
     workdir = str(tmp_path / "few")
     assert finetune(workdir, **{"init_checkpoint": pretrained[0], "finetune.method": "cloze",

@@ -122,6 +122,7 @@ def check_report(report: dict, chips: int) -> dict:
     return phase
 
 
+@pytest.mark.optimized
 def test_scanned_step_counts_every_layer(scanned_on_v5e):
     phase = check_report(scanned_on_v5e, 8)
     # Within 5% of the analytic count although the layers are one while loop, which XLA's own
@@ -145,6 +146,7 @@ def test_report_prints_and_saves(scanned_on_v5e, tmp_path):
     assert json.loads((tmp_path / "r.json").read_text())["phases"][0]["flops"] > 0
 
 
+@pytest.mark.optimized
 def test_a_batch_that_does_not_fit_a_chip_is_refused_in_one_line():
     result = cli_in_process.run("bertjax.cli.compile", "--config=configs/tiny.py",
                                 "--topology=v5e-8", *SMALL[:-2],

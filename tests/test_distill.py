@@ -131,6 +131,7 @@ def distill(workdir, teacher, **settings):
         **TEACHER, **settings})
 
 
+@pytest.mark.optimized
 def test_a_student_of_the_first_layer_learns_from_the_teacher(teacher_run, tmp_path, capsys):
     student = str(tmp_path / "student")
     capsys.readouterr()

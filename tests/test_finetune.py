@@ -27,6 +27,7 @@ from finetune_runs import SENTIMENT, finetune, results
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
 
 
+@pytest.mark.optimized
 def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
     r = results(sentiment_run)
     eval_labels = [e.label for e in readers.read(
@@ -53,6 +54,7 @@ def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
     assert bundle.params["classifier"]["kernel"].shape == (128, 2)
 
 
+@pytest.mark.optimized
 def test_regression_learns(tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_regression", workdir, **{"data.tokenizer": finetune_vocab_dir},
@@ -95,6 +97,7 @@ def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, finetune_voca
                for p in predicted)
 
 
+@pytest.mark.optimized
 def test_sentence_pair_classification_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_pair", workdir, **{
@@ -107,6 +110,7 @@ def test_sentence_pair_classification_learns(tmp_path, finetune_vocab_dir, wiki_
     assert r["eval"]["accuracy"] > 0.6 and r["eval"]["f1"] > 0.6, r["history"]
 
 
+@pytest.mark.optimized
 def test_extractive_qa_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_qa", workdir, **{
@@ -126,6 +130,7 @@ class Crash(Exception):
     pass
 
 
+@pytest.mark.optimized
 def test_resume_after_a_crash_is_exact(sentiment_run, finetune_vocab_dir, tmp_path, monkeypatch):
     """Killed right after the epoch-1 checkpoint, then the same command: the log, the results and
     the best parameters are those of the uninterrupted run (sentiment_run)."""

@@ -273,6 +273,7 @@ def test_k_larger_than_the_corpus_returns_it_all_with_a_warning(built, wiki, cap
                for r in rankings)
 
 
+@pytest.mark.optimized
 def test_search_rerank_and_evaluate_end_to_end(built, wiki, cross_encoder_run, minilm_dir,
                                                tmp_path, capsys):
     """Exact and approximate search to files, re-ranking by the cross-encoder, and the metrics

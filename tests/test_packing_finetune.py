@@ -139,6 +139,7 @@ def test_packed_epochs_have_static_shapes_and_every_sequence_once():
     assert 0 <= padding["packed"] < padding["padded_to_max_seq_len"]
 
 
+@pytest.mark.optimized
 def test_a_packed_run_trains_and_reports_its_padding(tmp_path, finetune_vocab_dir):
     # 600 reviews pack as 1,200 did (seed 0: 42 of 45 steps a epoch allowed, packed padding 0.033;
     # 1,200: 83 of 90, 0.015); no learning is asserted, so 100 eval examples suffice.

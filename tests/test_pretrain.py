@@ -37,6 +37,7 @@ def finished_run(tmp_path_factory, small_corpus_dir):
     return workdir
 
 
+@pytest.mark.optimized
 def test_a_run_writes_metrics_checkpoints_and_curves(finished_run):
     records = read_metrics(finished_run)
     train = [r for r in records if "loss" in r]

@@ -192,6 +192,7 @@ def shared_run(tmp_path_factory, vocab_dir, wiki_dir) -> str:
     return workdir
 
 
+@pytest.mark.optimized
 def test_fine_tuning_beats_the_untrained_model_and_random(shared_run):
     with open(os.path.join(shared_run, "results.json")) as f:
         r = json.load(f)

@@ -143,6 +143,7 @@ SPANS = {"data.max_seq_len": 48, "train.epochs": 2, "train.batch_size": 32,
          "train.bucket_multiple": 0}
 
 
+@pytest.mark.optimized
 @pytest.mark.parametrize("pooling", ["attention"])
 def test_tweet_entity_types_are_learned(pooling, tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")

@@ -152,6 +152,7 @@ def stats(tmp_path_factory, minilm_dir, corpora) -> dict:
     return paths
 
 
+@pytest.mark.optimized
 def test_standardised_embeddings_have_zero_mean_and_unit_variance_on_the_reference(
         stats, corpora, minilm, minilm_dir, tmp_path, capsys):
     fitted = standardizer.load(stats["zscore"])

@@ -1,0 +1,41 @@
+"""How hard XLA optimizes what a test compiles.
+
+Most tests compile far more than they run: a step they run once or twice, an initialization they
+run once. For those, XLA's least optimization (JAX's `jax_disable_most_optimizations`: LLVM -O0,
+its expensive passes off) is the cheaper bargain. A tiny fine-tuning run of 2 steps compiled its
+6 programs in 1.7 s instead of 4.0 s (about 5.6 s of CPU in all instead of 9.3 s). A test that
+trains for a hundred steps pays that back: the 125 steps of a 2,000-review run took 44 s of CPU
+unoptimized against 18 s. Such tests, and the fixtures that train, are marked `optimized`: they
+compile as a user's run does.
+
+The setting is read at each compilation and is part of the persistent cache's key, so the two
+kinds never share an entry. A program a worker already compiled the other way in memory is reused
+as it is: the same computation, at most a few ulps apart.
+"""
+
+import contextlib
+
+import jax
+
+MARK = "optimized"
+_SETTING = "jax_disable_most_optimizations"
+_optimized = [False]  # the innermost setting in force
+
+
+def set_default() -> None:
+    """Unoptimized, for every test not marked (called once, from conftest)."""
+    jax.config.update(_SETTING, True)
+
+
+@contextlib.contextmanager
+def compiled(optimized: bool):
+    """Compiles what runs inside optimized (as a user's run is) or not, then restores the setting
+    in force before."""
+    previous = _optimized[0]
+    _optimized[0] = optimized
+    jax.config.update(_SETTING, not optimized)
+    try:
+        yield
+    finally:
+        _optimized[0] = previous
+        jax.config.update(_SETTING, not previous)
