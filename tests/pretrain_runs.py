@@ -62,12 +62,15 @@ CHILD = textwrap.dedent("""
 """)
 
 
+# For the processes tests start: one CPU device (a plain single-device run) and the least backend
+# optimization, since compiling, not running, dominates these tiny runs. XLA's CPU fusion emitters
+# build an MLIR context per fusion: the older emitters compile such a step in half the time.
+CHILD_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
 def child_env(**extra):
     env = dict(os.environ)
-    # One CPU device (a plain single-device run); the least backend optimization, since
-    # compiling, not running, dominates these tiny runs. XLA's CPU fusion emitters build an MLIR
-    # context per fusion: the older emitters compile such a step in half the time (measured).
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+    env["XLA_FLAGS"] = CHILD_XLA_FLAGS
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -18,6 +18,7 @@ from bertjax.bench.jax_step import Workload, synthetic_batch
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
 from bertjax.train.objectives import pretraining_loss
+from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = f"--config={REPO}/configs/tiny.py"
@@ -27,7 +28,7 @@ def test_cli_prints_and_writes_every_field(tmp_path):
     out = tmp_path / "bench.json"
     env = dict(os.environ)
     # One CPU device and the least backend optimization: compiling dominates a run this small.
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+    env["XLA_FLAGS"] = CHILD_XLA_FLAGS
     args = [sys.executable, "-m", "bertjax.bench", TINY, "--config.model.num_layers=1",
             "--seq-len", "16", "--batch", "2", "--steps", "2", "--warmup", "1",
             "--compare-torch", "--peak-tflops", "0.5", "--json", str(out)]

@@ -8,11 +8,13 @@ import sys
 
 import pytest
 
+from pretrain_runs import CHILD_XLA_FLAGS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def bench(*args):
-    env = dict(os.environ, XLA_FLAGS="--xla_backend_optimization_level=0")
+    env = dict(os.environ, XLA_FLAGS=CHILD_XLA_FLAGS)
     return subprocess.run([sys.executable, "-m", "bertjax.bench", "--task", "finetune", *args],
                           env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
 

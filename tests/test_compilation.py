@@ -13,6 +13,7 @@ import pytest
 
 from bertjax.core.errors import UserError
 from bertjax.train import compilation
+from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,7 +58,7 @@ def test_a_run_that_does_not_fit_is_refused_before_its_first_step(tmp_path, smal
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("JAX_") or k == "JAX_PLATFORMS"}
     # One CPU device; the least compile work.
-    env["XLA_FLAGS"] = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+    env["XLA_FLAGS"] = CHILD_XLA_FLAGS
     result = subprocess.run(
         [sys.executable, "-m", "bertjax.main", f"--config={REPO}/configs/tiny.py",
          f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in settings.items())],

@@ -30,6 +30,7 @@ from bertjax.model import layout
 from bertjax.model.encoder import Encoder
 from cli_checks import assert_one_line_error, leftovers, run_cli, snapshot
 from hf_reference import PAIRS, TOL, randomize, run_hf, run_ours, save_hf_dir, text_batch
+from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
@@ -212,7 +213,7 @@ def tiny_pretrain_args(workdir, corpus_dir, **overrides):
 def run_main_in_child(args):
     """The job in a child process on one CPU device with the least XLA optimization: compiling,
     not running, dominates a two-step run."""
-    env = {**os.environ, "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+    env = {**os.environ, "XLA_FLAGS": CHILD_XLA_FLAGS}
     return subprocess.run([sys.executable, "-m", "bertjax.main", *args[1:]], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=300)
 

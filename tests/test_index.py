@@ -21,6 +21,7 @@ from bertjax.cli import index as cli
 from bertjax.retrieval.fingerprint import fingerprint
 from bertjax.retrieval.rerank import CrossEncoder
 from cli_checks import run_cli
+import compile_effort
 from retrieval_pairs import cross_encoder_pairs, sentence_passages, write_jsonl, write_pairs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -123,8 +124,9 @@ def wiki(tmp_path_factory, demo_articles) -> dict:
 @pytest.fixture(scope="module")
 def built(wiki, minilm_dir, tmp_path_factory) -> str:
     output = str(tmp_path_factory.mktemp("indexes") / "minilm")
-    cli.main(["build", "--model", minilm_dir, "--corpus", wiki["docs"], "--output", output,
-              "--approximate"])
+    with compile_effort.compiled(optimized=True):  # MiniLM embeds every document
+        cli.main(["build", "--model", minilm_dir, "--corpus", wiki["docs"], "--output", output,
+                  "--approximate"])
     return output
 
 

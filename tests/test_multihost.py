@@ -30,14 +30,15 @@ from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.parallel import distributed
 from bertjax.train.metrics_log import read_metrics
+from pretrain_runs import CHILD_XLA_FLAGS
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
-# The least XLA:CPU compile work (no LLVM optimisation, no fusion emitters): compiling dominates
-# these runs. Every run here uses the same flags (the device count aside).
-FAST_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+# The least XLA:CPU compile work (pretrain_runs.CHILD_XLA_FLAGS): compiling dominates these runs.
+# Every run here uses the same flags (the device count aside).
+FAST_FLAGS = CHILD_XLA_FLAGS
 
 # The job with two test hooks: HOLD_AFTER_CHECKPOINT=N parks the process (marker file written)
 # once the checkpoint of step N is on disk, so the test can SIGKILL every process at a known

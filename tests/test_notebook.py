@@ -8,6 +8,8 @@ import sys
 import nbformat
 from nbclient import NotebookClient
 
+from pretrain_runs import CHILD_XLA_FLAGS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, "launch", "colab_tpu.ipynb")
 
@@ -30,7 +32,7 @@ def test_notebook_runs_on_cpu(tmp_path, monkeypatch):
     workdir = tmp_path / "work"
     # The kernel and the commands it starts inherit this environment: one CPU device (not the
     # suite's 8) and the least backend optimization, as compiling dominates runs this small.
-    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=0")
+    monkeypatch.setenv("XLA_FLAGS", CHILD_XLA_FLAGS)
     monkeypatch.setenv("BERTJAX_NOTEBOOK_QUICK", "1")
     monkeypatch.setenv("BERTJAX_NOTEBOOK_WORKDIR", str(workdir))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
