@@ -9,8 +9,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # XLA's CPU compiler is most of this suite's time (about 2,600 distinct programs, cold). Its fusion
 # emitters build each fused kernel through MLIR, which costs more to compile than it gains a tiny
 # model; without them, and with the least optimization (compile_effort.py), a tiny fine-tuning
-# run's 6 programs compile in 1.7 s instead of 4.0 s. Tests marked `optimized` compile at LLVM
-# -O1 (not -O3: 3.7 s instead of 4.8 s for those steps, and they run no slower).
+# run's 6 programs compile in 1.7 s instead of 4.0 s with both at -O1. Tests marked `optimized`
+# compile at LLVM -O1 (not -O3: 3.7 s instead of 4.8 s for a run's steps, which run no slower).
 # XLA asks for no fast math at any level, yet results are not bit-identical across levels (a tiny
 # model's initial parameters at -O0 differ from -O1's by up to 7.5e-9): tests compare runs made at
 # one level.
