@@ -17,6 +17,7 @@ from bertjax.inference import loading
 from bertjax.cli import main
 from bertjax.interop import params_dir
 from bertjax.train.metrics_log import read_metrics
+import compile_effort
 from pretrain_runs import CHILD, child_env, run_child, tiny_args
 from trees import flat
 
@@ -31,13 +32,13 @@ def logged(workdir):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, small_corpus_dir):
     workdir = str(tmp_path_factory.mktemp("run") / "wd")
-    code = main.main(tiny_args(workdir, small_corpus_dir, **{"data.workers": 1,
-                                                             "train.plot": True}))
+    with compile_effort.compiled(optimized=True):
+        code = main.main(tiny_args(workdir, small_corpus_dir, **{"data.workers": 1,
+                                                                 "train.plot": True}))
     assert code == 0
     return workdir
 
 
-@pytest.mark.optimized
 def test_a_run_writes_metrics_checkpoints_and_curves(finished_run):
     records = read_metrics(finished_run)
     train = [r for r in records if "loss" in r]
