@@ -16,7 +16,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # one level.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                                    "--xla_backend_optimization_level=1 "
-                                   "--xla_cpu_use_fusion_emitters=false")
+                                   "--xla_cpu_use_fusion_emitters=false "
+                                   "--xla_cpu_parallel_codegen_split_count=1")
 # The test extras install libtpu (for `bertjax.compile`); without this every JAX process on a
 # machine with no TPU would try to start one first, and warn.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -106,10 +107,11 @@ def finished_short_run(tmp_path_factory, small_corpus_dir) -> str:
     child process as a user's run is. Never changed: a test that damages it works on a copy."""
     from pretrain_runs import SHORT, run_child, tiny_args
 
-    workdir = str(tmp_path_factory.mktemp("finished") / "wd")
-    done = run_child(tiny_args(workdir, small_corpus_dir, **SHORT))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return workdir
+    def build(root):
+        done = run_child(tiny_args(os.path.join(root, "wd"), small_corpus_dir, **SHORT))
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    return os.path.join(built_once(tmp_path_factory, "finished_short_run", build), "wd")
 
 
 @pytest.fixture(scope="session")
