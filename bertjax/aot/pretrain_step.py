@@ -68,8 +68,8 @@ class PretrainTarget:
     def _step(self, encoder, accumulation: int):
         model, objective = pretraining_model.build(self.s, encoder)
         first = self.shapes(self.s.schedule.phases[0])
-        abstract, shardings = common.abstract_state(model, self.optimizer, first, self.mesh,
-                                                    self.s.train.seed)
+        plan = common.state_plan(model, self.optimizer, first, self.mesh, self.s.train.seed)
+        abstract, shardings = plan.abstract, plan.shardings
         return make_train_step(model, self.optimizer, self.mesh, shardings,
                                accumulation_steps=accumulation, objective=objective), abstract
 

@@ -24,7 +24,7 @@ from bertjax.parallel import partitioning
 from bertjax.train.compilation import abstract_batch, compile_step, memory_report
 from bertjax.train.optimizer import make_optimizer
 from bertjax.settings import PretrainSettings
-from bertjax.train.state import abstract_train_state, create_train_state, param_count
+from bertjax.train.state import StatePlan, param_count
 from bertjax.train.step import make_train_step
 
 
@@ -92,8 +92,8 @@ class JaxStep:
         shapes = abstract_batch(workload.batch, workload.seq_len, workload.predictions,
                               nsp=objective.nsp, span=span,
                               sharding=partitioning.batch_sharding(self.mesh))
-        abstract, shardings = abstract_train_state(model, optimizer, shapes, self.mesh,
-                                                   s.train.seed)
+        plan = StatePlan(model, optimizer, shapes, self.mesh, s.train.seed)
+        abstract, shardings = plan.abstract, plan.shardings
         train_step = make_train_step(model, optimizer, self.mesh, shardings,
                                      accumulation_steps=s.train.accumulation_steps)
         # Compiled from shapes, as the job does: a step that does not fit the device is refused
@@ -102,7 +102,7 @@ class JaxStep:
             train_step, abstract, shapes, name="benchmark step", verbose=False,
             device_memory_gb=s.train.device_memory_gb)
         self.compile_seconds: float = self.compiled.compile_seconds
-        self.state, _ = create_train_state(model, optimizer, shapes, self.mesh, s.train.seed)
+        self.state = plan.create()
         self.params = param_count(self.state.params)
         self.xla_flops = xla_flops(self.compiled)
         self.batch_np = synthetic_batch(workload, self.encoder.vocab_size, nsp=objective.nsp,

@@ -24,7 +24,7 @@ from bertjax.core.errors import UserError
 from bertjax.parallel import partitioning
 from bertjax.train import loop
 from bertjax.train.checkpoint import Checkpointer
-from bertjax.train.state import abstract_train_state, create_train_state
+from bertjax.train.state import StatePlan
 
 WarmStart = Callable[[Any, Any], Any]  # (fresh params, their shardings) -> params
 
@@ -38,23 +38,22 @@ class Start:
     abstract: Any         # the state's ShapeDtypeStructs (what the step is compiled for)
 
 
-def abstract_state(model: nn.Module, optimizer: optax.GradientTransformation,
-                   batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh, seed: int):
-    """(abstract state, shardings): shapes only, nothing allocated."""
-    return abstract_train_state(model, optimizer, batch_shapes, mesh, seed)
+def state_plan(model: nn.Module, optimizer: optax.GradientTransformation,
+               batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh, seed: int) -> StatePlan:
+    """The state's shapes and shardings (nothing allocated), and the init that creates it."""
+    return StatePlan(model, optimizer, batch_shapes, mesh, seed)
 
 
-def restore_or_init(model: nn.Module, optimizer: optax.GradientTransformation,
-                    batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh, seed: int,
-                    checkpointer: Checkpointer, warm_start: WarmStart | None = None) -> Start:
+def restore_or_init(plan: StatePlan, checkpointer: Checkpointer,
+                    warm_start: WarmStart | None = None) -> Start:
     """The newest checkpoint that restores completely (damaged ones are set aside), else a fresh
     state whose parameters `warm_start` may replace (the init checkpoint's)."""
-    abstract, shardings = abstract_state(model, optimizer, batch_shapes, mesh, seed)
+    abstract, shardings = plan.abstract, plan.shardings
     restored = checkpointer.restore_latest(abstract)
     if restored is not None:
         step, state, saved = restored
         return Start(state, shardings, step, dict(saved or {}), abstract)
-    state, shardings = create_train_state(model, optimizer, batch_shapes, mesh, seed)
+    state = plan.create()
     if warm_start is not None:
         state = state.replace(params=warm_start(state.params, shardings.params))
     return Start(state, shardings, 0, {}, abstract)

@@ -114,7 +114,7 @@ class FinetuneRun:
                 if s.method.prompt:
                     params = _vocabulary_prompt(params, shardings, start.tokenizer, self.seed)
                 return params
-        begun = common.restore_or_init(model, optimizer, shapes, mesh, self.seed,
+        begun = common.restore_or_init(common.state_plan(model, optimizer, shapes, mesh, self.seed),
                                        self.checkpointer, warm)
         self.state, self.start_step = begun.state, begun.step
         if begun.step:

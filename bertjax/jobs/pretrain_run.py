@@ -76,8 +76,10 @@ class PretrainRun:
         """The train step per sequence length of the phases not yet done."""
         s, schedule = self.s, self.s.schedule
         done = max(loading.checkpoint_steps(self.run_dir.checkpoints), default=0)
-        abstract, shardings = common.abstract_state(self.model, self.optimizer, self.first_shapes,
-                                                    self.mesh, s.train.seed)
+        # Kept: the state is restored or created from it once every phase has compiled.
+        self.plan = common.state_plan(self.model, self.optimizer, self.first_shapes, self.mesh,
+                                      s.train.seed)
+        abstract, shardings = self.plan.abstract, self.plan.shardings
         if done:  # a checkpoint of another shape is refused now, not after compiling
             with Checkpointer(self.run_dir.checkpoints, keep=None, read_only=True) as saved:
                 saved.refuse_another_model(abstract)
@@ -115,8 +117,7 @@ class PretrainRun:
             return {}
         s = self.s
         self.checkpointer = Checkpointer(self.run_dir.checkpoints, keep=s.train.keep_checkpoints)
-        start = common.restore_or_init(self.model, self.optimizer, self.first_shapes, self.mesh,
-                                       s.train.seed, self.checkpointer, self._warm_start())
+        start = common.restore_or_init(self.plan, self.checkpointer, self._warm_start())
         self.run_dir.write_record(compared, info)
         if self.is_main:
             if start.step:

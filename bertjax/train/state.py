@@ -30,9 +30,9 @@ class TrainState:
 
 
 def _init_fn(model: nn.Module, optimizer: optax.GradientTransformation,
-             example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct], seed: int, *,
-             boxed: bool) -> Callable[[], TrainState]:
-    """A no-argument function building the state; `boxed` keeps the logical-axis boxes."""
+             example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct],
+             seed: int) -> Callable[[], TrainState]:
+    """A no-argument function building the state, its parameters in their logical-axis boxes."""
 
     def init() -> TrainState:
         params_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))
@@ -42,10 +42,9 @@ def _init_fn(model: nn.Module, optimizer: optax.GradientTransformation,
         # pass is dead code here), and flax 0.12's DenseGeneral, should a model use it, fails
         # to unbox its flat 2-D kernel under 3-D logical names once constraints are live.
         variables = model.init({"params": params_rng}, batch, deterministic=True)
-        params = nn.meta.unbox(variables["params"])
-        return TrainState(step=jnp.zeros([], jnp.int32),
-                          params=variables["params"] if boxed else params,
-                          opt_state=optimizer.init(params), rng=dropout_rng)
+        return TrainState(step=jnp.zeros([], jnp.int32), params=variables["params"],
+                          opt_state=optimizer.init(nn.meta.unbox(variables["params"])),
+                          rng=dropout_rng)
 
     return init
 
@@ -65,26 +64,48 @@ def _state_shardings(boxed_abstract: TrainState, optimizer: optax.GradientTransf
     return TrainState(step=replicated, params=params, opt_state=opt_state, rng=replicated)
 
 
+class StatePlan:
+    """A state's shapes and shardings, and the jitted init that creates it in them.
+
+    The init is traced once: `jax.eval_shape` gives the boxed (logically named) shapes, and the
+    jitted init is the same function, so jit finds that trace cached (tracing a model's init
+    is a tenth of a second even for the tiny preset; a fresh run used to trace it three times).
+    """
+
+    def __init__(self, model: nn.Module, optimizer: optax.GradientTransformation,
+                 example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh: Mesh,
+                 seed: int = 0):
+        self._init = _init_fn(model, optimizer, example_batch_shapes, seed)
+        boxed = jax.eval_shape(self._init)
+        self.shardings = _state_shardings(boxed, optimizer, mesh)
+        # The shardings laid over the boxed tree: a box is a pytree node over its value.
+        self._boxed_shardings = jax.tree.unflatten(jax.tree.structure(boxed),
+                                                   jax.tree.leaves(self.shardings))
+        self.abstract = jax.tree.map(
+            lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype,
+                                                        sharding=sharding),
+            boxed.replace(params=nn.meta.unbox(boxed.params)), self.shardings)
+
+    def create(self) -> TrainState:
+        """A freshly initialized state whose arrays are created directly in their shardings."""
+        state = jax.jit(self._init, out_shardings=self._boxed_shardings)()
+        return state.replace(params=nn.meta.unbox(state.params))
+
+
 def abstract_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
                          example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh: Mesh,
                          seed: int = 0) -> tuple[TrainState, TrainState]:
     """(ShapeDtypeStruct tree with shardings attached, sharding tree): what a restore needs."""
-    boxed = jax.eval_shape(_init_fn(model, optimizer, example_batch_shapes, seed, boxed=True))
-    shardings = _state_shardings(boxed, optimizer, mesh)
-    unboxed = boxed.replace(params=nn.meta.unbox(boxed.params))
-    abstract = jax.tree.map(
-        lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding),
-        unboxed, shardings)
-    return abstract, shardings
+    plan = StatePlan(model, optimizer, example_batch_shapes, mesh, seed)
+    return plan.abstract, plan.shardings
 
 
 def create_train_state(model: nn.Module, optimizer: optax.GradientTransformation,
                        example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh: Mesh,
                        seed: int) -> tuple[TrainState, TrainState]:
     """A freshly initialized state whose arrays are created directly in their shardings."""
-    _, shardings = abstract_train_state(model, optimizer, example_batch_shapes, mesh, seed)
-    init = _init_fn(model, optimizer, example_batch_shapes, seed, boxed=False)
-    return jax.jit(init, out_shardings=shardings)(), shardings
+    plan = StatePlan(model, optimizer, example_batch_shapes, mesh, seed)
+    return plan.create(), plan.shardings
 
 
 def param_count(params: Any) -> int:
