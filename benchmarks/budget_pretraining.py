@@ -4,7 +4,8 @@ transformers, and random initialisation, each fine-tuned alike on the same downs
 several seeds; a bag-of-words baseline where the task allows. One table, one PNG.
 
     python benchmarks/budget_pretraining.py --minutes 60 [--points 0.25,0.5,1] [--seeds 3]
-        [--tasks sentiment,ner,pair,pos] [--size mini] [--jobs 2] [--workdir DIR]
+        [--tasks sentiment,ner,pair,pos] [--size mini] [--jobs 2] [--data-workers N]
+        [--workdir DIR]
 
 Pretraining: `python -m bertjax.main --config=configs/budget.py` on the books+wiki corpus
 (prepared once, `WORKDIR/corpus`), checkpointing every `min(points) x minutes`; the peer is
@@ -61,6 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--peer-points", default="1",
                    help="the fractions at which transformers' run is fine-tuned from")
     p.add_argument("--no-transformers", action="store_true")
+    p.add_argument("--data-workers", type=int, default=-1,
+                   help="background batch builders of both pretraining runs (-1: the config's "
+                        "data.workers); 0 for a quick run, whose builders' start-up is most of it")
     p.add_argument("--prepared", default="",
                    help="a prepared corpus to use (default: demo:books+wiki, prepared once)")
     p.add_argument("--workdir", default=os.path.join(packaged.cache_dir(), "benchmarks",
@@ -77,6 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [t for t in args.tasks if t not in TASKS]
     if unknown:
         raise UserError(f"unknown task {unknown[0]!r}; choose from {', '.join(TASKS)}")
+    if args.data_workers < -1:
+        raise UserError("--data-workers takes a count, or -1 for the config's")
     if not (args.minutes > 0 and args.seeds > 0 and args.jobs > 0 and args.points):
         raise UserError("--minutes, --seeds, --jobs and --points must be positive")
     if not all(0 < f <= 1 for f in args.points + args.peer_points):
@@ -91,10 +97,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def recipe(args, prepared: str) -> dict:
     """configs/budget.py's settings the benchmark sets for both frameworks."""
-    return {"data.prepared": prepared, "model.preset": args.size,
-            "train.batch_size": args.batch_size, "train.time_budget_minutes": args.minutes,
-            "train.checkpoint_every_minutes": args.minutes * args.points[0],
-            "train.eval_every": 200}
+    overrides = {"data.prepared": prepared, "model.preset": args.size,
+                 "train.batch_size": args.batch_size, "train.time_budget_minutes": args.minutes,
+                 "train.checkpoint_every_minutes": args.minutes * args.points[0],
+                 "train.eval_every": 200}
+    if args.data_workers >= 0:
+        overrides["data.workers"] = args.data_workers
+    return overrides
 
 
 def point_label(framework: str, fraction: float, minutes: float) -> str:
@@ -141,7 +150,8 @@ def pretrain_transformers(args, prepared: str) -> dict:
     command = [sys.executable, os.path.join(HERE, "transformers_budget.py"), "--prepared",
                prepared, "--minutes", str(args.minutes), "--preset", args.size,
                "--batch-size", str(args.batch_size), "--config", "configs/budget.py",
-               "--save-at", ",".join(f"{f:g}" for f in args.peer_points), "--output-dir", out]
+               "--save-at", ",".join(f"{f:g}" for f in args.peer_points), "--output-dir", out,
+               "--data-workers", str(args.data_workers)]
 
     def compute():
         subprocess.run(command, cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": REPO})

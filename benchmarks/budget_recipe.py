@@ -4,7 +4,7 @@ packaged movie-review sentiment (all 8,484 training sentences, 2 epochs, lr 3e-4
 epoch's test accuracy); one markdown table.
 
     python benchmarks/budget_recipe.py [--minutes 5] [--variants recipe,tiny,small,...]
-        [--seeds 1] [--workdir DIR]
+        [--seeds 1] [--data-workers N] [--workdir DIR]
 
 Held-out MLM accuracy is each run's own (a 30%-masked run guesses more tokens, with less
 context, than a 15% one: compare it within a masking rate); the sentiment score is the verdict.
@@ -50,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-train-examples", type=int, default=0, help="a quick run's knob")
     p.add_argument("--max-eval-examples", type=int, default=0, help="a quick run's knob")
     p.add_argument("--epochs", type=int, default=0, help="0: the task's own (2)")
+    p.add_argument("--data-workers", type=int, default=-1,
+                   help="background batch builders of each pretraining run (-1: the config's)")
     p.add_argument("--workdir", default=os.path.join(packaged.cache_dir(), "benchmarks",
                                                      "budget_recipe"))
     args = p.parse_args(argv)
@@ -59,6 +61,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             raise UserError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
     if not (args.minutes > 0 and args.seeds > 0):
         raise UserError("--minutes and --seeds must be positive")
+    if args.data_workers < -1:
+        raise UserError("--data-workers takes a count, or -1 for the config's")
     return args
 
 
@@ -66,6 +70,8 @@ def pretrain(args, name: str, prepared: str) -> dict:
     overrides = {"data.prepared": prepared, "train.time_budget_minutes": args.minutes,
                  "train.checkpoint_every_minutes": 0, "train.eval_every": 1_000_000,
                  "train.plot": False, **VARIANTS[name]}
+    if args.data_workers >= 0:
+        overrides["data.workers"] = args.data_workers
     workdir = os.path.join(args.workdir, "pretrain-" + runs.key(
         {k: v for k, v in overrides.items() if k != "data.prepared"}))
 

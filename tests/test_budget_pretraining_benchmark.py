@@ -22,7 +22,8 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
         [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
          "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
          "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
-         "--max-eval-examples", "64", "--epochs", "1", "--jobs", "2", "--prepared",
+         "--max-eval-examples", "64", "--epochs", "1", "--jobs", "2", "--data-workers", "0",
+         "--prepared",
          small_corpus_dir,
          "--workdir", str(workdir)],
         cwd=REPO, env=child_env(BERTJAX_CACHE=os.environ["BERTJAX_CACHE"]),
@@ -44,8 +45,8 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
         [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
          "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
          "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
-         "--max-eval-examples", "64", "--epochs", "1", "--prepared", small_corpus_dir,
-         "--workdir", str(workdir)],
+         "--max-eval-examples", "64", "--epochs", "1", "--data-workers", "0", "--prepared",
+         small_corpus_dir, "--workdir", str(workdir)],
         cwd=REPO, env=child_env(BERTJAX_CACHE=os.environ["BERTJAX_CACHE"]),
         capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "$ -m bertjax.main" not in again.stderr
@@ -54,7 +55,7 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
 
 def test_bad_arguments_are_refused_in_one_line(tmp_path):
     for bad in (["--points", "0.3,1"], ["--points", "0.5"], ["--tasks", "poetry"],
-                ["--minutes", "0"], ["--peer-points", "half"]):
+                ["--minutes", "0"], ["--peer-points", "half"], ["--data-workers", "-2"]):
         done = subprocess.run([sys.executable, "benchmarks/budget_pretraining.py", *bad,
                                "--workdir", str(tmp_path / "w")], cwd=REPO, env=child_env(),
                               capture_output=True, text=True, timeout=120)
@@ -89,7 +90,8 @@ def test_the_recipe_variants_run_end_to_end(tmp_path, small_corpus_dir):
     done = subprocess.run(
         [sys.executable, "benchmarks/budget_recipe.py", "--minutes", "0.05", "--variants",
          "tiny", "--prepared", small_corpus_dir, "--max-train-examples", "48",
-         "--max-eval-examples", "64", "--epochs", "1", "--workdir", str(tmp_path / "recipe")],
+         "--max-eval-examples", "64", "--epochs", "1", "--data-workers", "0",
+         "--workdir", str(tmp_path / "recipe")],
         cwd=REPO, env=child_env(BERTJAX_CACHE=os.environ["BERTJAX_CACHE"]),
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
