@@ -64,7 +64,8 @@ CHILD = textwrap.dedent("""
 
 # For the processes tests start: one CPU device (a plain single-device run) and the least backend
 # optimization, since compiling, not running, dominates these tiny runs. XLA's CPU fusion emitters
-# build an MLIR context per fusion: the older emitters compile such a step in half the time.
+# build an MLIR context per fusion: the older emitters compile such a step in half the time. The
+# module is compiled in one piece, as in the workers (tests/conftest.py).
 CHILD_XLA_FLAGS = ("--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false "
                    "--xla_cpu_parallel_codegen_split_count=1")
 
