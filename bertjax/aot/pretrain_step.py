@@ -26,6 +26,7 @@ from bertjax.parallel.mesh import make_mesh
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.train.compilation import abstract_batch, compile_step
 from bertjax.train.optimizer import make_optimizer
+from bertjax.train.state import StatePlan
 from bertjax.train.step import make_train_step
 from bertjax.train.warm_start import UNTRAINED_POOLER
 
@@ -68,7 +69,7 @@ class PretrainTarget:
     def _step(self, encoder, accumulation: int):
         model, objective = pretraining_model.build(self.s, encoder)
         first = self.shapes(self.s.schedule.phases[0])
-        plan = common.state_plan(model, self.optimizer, first, self.mesh, self.s.train.seed)
+        plan = StatePlan(model, self.optimizer, first, self.mesh, self.s.train.seed)
         abstract, shardings = plan.abstract, plan.shardings
         return make_train_step(model, self.optimizer, self.mesh, shardings,
                                accumulation_steps=accumulation, objective=objective), abstract

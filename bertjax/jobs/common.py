@@ -14,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import sys
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator
 
-import flax.linen as nn
 import jax
-import optax
 
 from bertjax.core.errors import UserError
 from bertjax.parallel import partitioning
@@ -36,12 +34,6 @@ class Start:
     step: int             # 0 when initialized
     saved: dict           # the data state saved with the checkpoint ({} when initialized)
     abstract: Any         # the state's ShapeDtypeStructs (what the step is compiled for)
-
-
-def state_plan(model: nn.Module, optimizer: optax.GradientTransformation,
-               batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh, seed: int) -> StatePlan:
-    """The state's shapes and shardings (nothing allocated), and the init that creates it."""
-    return StatePlan(model, optimizer, batch_shapes, mesh, seed)
 
 
 def restore_or_init(plan: StatePlan, checkpointer: Checkpointer,

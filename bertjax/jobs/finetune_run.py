@@ -27,7 +27,7 @@ from bertjax.train.freezing import freeze_encoder, path_name, train_only
 from bertjax.train.logging_hook import LoggingHook
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer
-from bertjax.train.state import param_count
+from bertjax.train.state import StatePlan, param_count
 from bertjax.train.step import make_predict_step, make_train_step
 from bertjax.jobs import common
 
@@ -114,7 +114,7 @@ class FinetuneRun:
                 if s.method.prompt:
                     params = _vocabulary_prompt(params, shardings, start.tokenizer, self.seed)
                 return params
-        begun = common.restore_or_init(common.state_plan(model, optimizer, shapes, mesh, self.seed),
+        begun = common.restore_or_init(StatePlan(model, optimizer, shapes, mesh, self.seed),
                                        self.checkpointer, warm)
         self.state, self.start_step = begun.state, begun.step
         if begun.step:

@@ -23,7 +23,7 @@ from bertjax.train.logging_hook import LoggingHook, window_summary
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer, make_schedule
 from bertjax.train.plots import plot_curves
-from bertjax.train.state import param_count
+from bertjax.train.state import StatePlan, param_count
 from bertjax.train.step import make_eval_step, make_train_step
 from bertjax.train.warm_start import UNTRAINED_POOLER
 
@@ -77,8 +77,8 @@ class PretrainRun:
         s, schedule = self.s, self.s.schedule
         done = max(loading.checkpoint_steps(self.run_dir.checkpoints), default=0)
         # Kept: the state is restored or created from it once every phase has compiled.
-        self.plan = common.state_plan(self.model, self.optimizer, self.first_shapes, self.mesh,
-                                      s.train.seed)
+        self.plan = StatePlan(self.model, self.optimizer, self.first_shapes, self.mesh,
+                              s.train.seed)
         abstract, shardings = self.plan.abstract, self.plan.shardings
         if done:  # a checkpoint of another shape is refused now, not after compiling
             with Checkpointer(self.run_dir.checkpoints, keep=None, read_only=True) as saved:
