@@ -59,7 +59,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	lib=$(MIMALLOC); test -f "$$lib" || lib=; \
 	LD_PRELOAD="$$lib$${LD_PRELOAD:+ $$LD_PRELOAD}" MIMALLOC_ALLOW_LARGE_OS_PAGES=1 \
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
