@@ -78,9 +78,12 @@ def longest_first(items: list) -> None:
 def end_worker_at_once() -> None:
     """Ends an xdist worker that has reported its last result (the controller has all it needs).
 
-    A worker's own ending took seconds after its last test: pytest's final garbage collection
-    and the interpreter freeing a heap of compiled programs, while the controller waited for it.
-    The session fixtures are already torn down (their servers stopped) by then.
+    A worker's own ending took seconds after its last test (pytest's last garbage collection, the
+    interpreter freeing a heap of compiled programs) while the controller waited for it: from the
+    last worker's report to the end of the session 7.8 s, against 0.3 s ending at once (fresh
+    clones). The session fixtures are torn down (their servers stopped) before the report. What
+    is skipped would matter only to a plugin that writes on a worker at its exit, such as
+    pytest-cov; the suite has none.
     """
     sys.stdout.flush()
     sys.stderr.flush()
