@@ -81,8 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     unknown = [t for t in args.tasks if t not in TASKS]
     if unknown:
         raise UserError(f"unknown task {unknown[0]!r}; choose from {', '.join(TASKS)}")
-    if args.data_workers < -1:
-        raise UserError("--data-workers takes a count, or -1 for the config's")
+    data_workers_setting(args.data_workers)  # refused here, before anything is written
     if not (args.minutes > 0 and args.seeds > 0 and args.jobs > 0 and args.points):
         raise UserError("--minutes, --seeds, --jobs and --points must be positive")
     if not all(0 < f <= 1 for f in args.points + args.peer_points):
@@ -95,15 +94,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def data_workers_setting(count: int) -> dict:
+    """The pretraining runs' `data.workers` for --data-workers COUNT (none for -1: the
+    config's own)."""
+    if count < -1:
+        raise UserError("--data-workers takes a count, or -1 for the config's")
+    return {} if count == -1 else {"data.workers": count}
+
+
 def recipe(args, prepared: str) -> dict:
     """configs/budget.py's settings the benchmark sets for both frameworks."""
-    overrides = {"data.prepared": prepared, "model.preset": args.size,
-                 "train.batch_size": args.batch_size, "train.time_budget_minutes": args.minutes,
-                 "train.checkpoint_every_minutes": args.minutes * args.points[0],
-                 "train.eval_every": 200}
-    if args.data_workers >= 0:
-        overrides["data.workers"] = args.data_workers
-    return overrides
+    return {"data.prepared": prepared, "model.preset": args.size,
+            "train.batch_size": args.batch_size, "train.time_budget_minutes": args.minutes,
+            "train.checkpoint_every_minutes": args.minutes * args.points[0],
+            "train.eval_every": 200, **data_workers_setting(args.data_workers)}
 
 
 def point_label(framework: str, fraction: float, minutes: float) -> str:

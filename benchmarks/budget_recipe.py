@@ -61,17 +61,15 @@ def parse_args(argv=None) -> argparse.Namespace:
             raise UserError(f"unknown variant {name!r}; choose from {', '.join(VARIANTS)}")
     if not (args.minutes > 0 and args.seeds > 0):
         raise UserError("--minutes and --seeds must be positive")
-    if args.data_workers < -1:
-        raise UserError("--data-workers takes a count, or -1 for the config's")
+    budget.data_workers_setting(args.data_workers)  # refused here, before anything is written
     return args
 
 
 def pretrain(args, name: str, prepared: str) -> dict:
     overrides = {"data.prepared": prepared, "train.time_budget_minutes": args.minutes,
                  "train.checkpoint_every_minutes": 0, "train.eval_every": 1_000_000,
-                 "train.plot": False, **VARIANTS[name]}
-    if args.data_workers >= 0:
-        overrides["data.workers"] = args.data_workers
+                 "train.plot": False, **VARIANTS[name],
+                 **budget.data_workers_setting(args.data_workers)}
     workdir = os.path.join(args.workdir, "pretrain-" + runs.key(
         {k: v for k, v in overrides.items() if k != "data.prepared"}))
 
