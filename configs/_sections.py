@@ -82,4 +82,7 @@ def mesh() -> ml_collections.ConfigDict:
     section.data = -1
     section.fsdp = 1
     section.tensor = 1
+    # The devices the axes span: the first N of this machine's (one process only), e.g. to leave
+    # the others to another job; -1: every device of every process.
+    section.devices = -1
     return section

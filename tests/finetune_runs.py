@@ -5,12 +5,13 @@ import json
 import os
 
 from bertjax.cli import main
+import run_devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fast-learning settings for a from-scratch tiny model (not the fine-tuning defaults).
 TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
         "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 10,
-        "train.bucket_multiple": 0}
+        "train.bucket_multiple": 0, **run_devices.IN_A_WORKER}
 
 # The movie-review sentiment run of test_finetune (also test_distill's teacher). Logged every
 # step: a resumed run then logs exactly what an uninterrupted one does (a window of steps

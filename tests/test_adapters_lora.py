@@ -35,12 +35,13 @@ from bertjax.model.encoder import Encoder
 from bertjax.model.task_heads import SequenceClassifier
 from cli_checks import assert_one_line_error, run_cli
 import compile_effort
+import run_devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASE_LAYERS = [5]  # of MiniLM's 6: the last one, whose [CLS] state its pooler was trained on
 RUN = {"data.max_train_examples": 1000, "data.max_eval_examples": 400, "data.max_seq_len": 32,
        "train.epochs": 2, "train.batch_size": 16, "train.log_every": 10,
-       "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0}
+       "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, **run_devices.IN_A_WORKER}
 LORA = {"finetune.method": "lora", "optimizer.learning_rate": 5e-3}
 # The loop layout with remat: the other encoder path of the two runs.
 ADAPTER = {"finetune.method": "adapter", "optimizer.learning_rate": 2e-3,

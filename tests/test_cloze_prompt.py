@@ -34,13 +34,14 @@ from bertjax.model.heads import BertForPretraining
 from bertjax.model.task_heads import SequenceClassifier
 from bertjax.train.metrics_log import read_metrics
 from saved_runs import save_workdir
+import run_devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERBALIZER = "negative:bad,positive:good"
 TEMPLATE = "{text} It was [MASK]."
 FAST = {"model.hidden_dropout": 0.0, "model.attention_dropout": 0.0, "data.max_seq_len": 40,
         "data.max_eval_examples": 400, "train.batch_size": 16, "train.log_every": 1,
-        "train.bucket_multiple": 0}
+        "train.bucket_multiple": 0, **run_devices.IN_A_WORKER}
 
 
 def finetune(workdir, **settings) -> int:

@@ -23,6 +23,7 @@ from bertjax.retrieval.rerank import CrossEncoder
 from cli_checks import run_cli
 import compile_effort
 from retrieval_pairs import cross_encoder_pairs, sentence_passages, write_jsonl, write_pairs
+import run_devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -146,7 +147,7 @@ def cross_encoder_run(wiki, tmp_path_factory) -> str:
                 "data.tokenizer": str(root / "vocab"), "data.train": wiki["pairs"],
                 "data.eval": wiki["pairs"], "data.text_column": "query",
                 "data.text_pair_column": "passage", "data.label_column": "label",
-                "data.max_seq_len": 128}
+                "data.max_seq_len": 128, **run_devices.IN_A_WORKER}
     argv = ["bertjax.cli.main", f"--config={REPO}/configs/finetune_pair.py", f"--workdir={workdir}"]
     assert bertjax_main.main(argv + [f"--config.{k}={v}" for k, v in settings.items()]) == 0
     return workdir

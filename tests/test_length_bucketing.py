@@ -23,6 +23,7 @@ from bertjax.parallel.mesh import make_mesh
 from bertjax.train.state import abstract_train_state
 from bertjax.train.step import make_predict_step
 import finetune_data
+import run_devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -173,7 +174,8 @@ def test_a_fine_tuning_run_compiles_a_step_per_bucket_and_pads_less(tmp_path, ca
             f"--config.data.tokenizer={minilm_dir}",
             "--config.data.max_train_examples=256", "--config.data.max_eval_examples=64",
             "--config.data.max_seq_len=128", "--config.train.bucket_multiple=32",
-            "--config.train.epochs=1", "--config.train.batch_size=32"]
+            "--config.train.epochs=1", "--config.train.batch_size=32",
+            *(f"--config.{k}={v}" for k, v in run_devices.IN_A_WORKER.items())]
     assert main.main(argv) == 0, capsys.readouterr().err
     err = capsys.readouterr().err
     line = next(x for x in err.splitlines() if x.startswith("length buckets"))

@@ -1,8 +1,11 @@
 """Mesh construction and the logical-axis rules (8 fake CPU devices from conftest)."""
 
+import types
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -10,6 +13,7 @@ from jax.sharding import PartitionSpec as P
 from bertjax.core.errors import UserError
 from bertjax.parallel import mesh as mesh_lib
 from bertjax.parallel import partitioning
+from bertjax.settings.shared import mesh_settings
 
 
 def test_make_mesh_fills_the_free_axis():
@@ -32,6 +36,31 @@ def test_make_mesh_fills_the_free_axis():
 def test_bad_mesh_sizes_are_user_errors(sizes, message):
     with pytest.raises(UserError, match=message):
         mesh_lib.make_mesh(*sizes)
+
+
+def test_the_mesh_spans_the_first_devices_mesh_devices_names():
+    two = mesh_settings(ml_collections.ConfigDict(
+        {"data": -1, "fsdp": 1, "tensor": 1, "devices": 2})).make()
+    assert dict(two.shape) == {"data": 2, "fsdp": 1, "tensor": 1}
+    assert list(two.devices.flat) == jax.devices()[:2]
+    assert mesh_lib.first_devices(-1) == jax.devices()
+    assert mesh_lib.first_devices(3, jax.devices()[4:]) == jax.devices()[4:7]
+
+
+@pytest.mark.parametrize("devices, message", [
+    (9, "mesh.devices=9: there are 8 devices"), (0, "mesh.devices must be"),
+    (-2, "mesh.devices must be"), (True, "mesh.devices must be"), (2.0, "mesh.devices must be")])
+def test_bad_mesh_devices_are_user_errors(devices, message):
+    section = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1, "devices": devices})
+    with pytest.raises(UserError, match=message):
+        mesh_settings(section).make()
+
+
+def test_a_run_over_several_processes_uses_every_device():
+    hosts = [types.SimpleNamespace(process_index=i // 4) for i in range(8)]
+    assert mesh_lib.first_devices(-1, hosts) == hosts
+    with pytest.raises(UserError, match="several processes uses every device"):
+        mesh_lib.first_devices(4, hosts)
 
 
 def test_rules_shard_params_on_fsdp_and_activations_on_batch():

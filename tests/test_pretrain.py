@@ -19,6 +19,7 @@ from bertjax.interop import params_dir
 from bertjax.train.metrics_log import read_metrics
 import compile_effort
 from pretrain_runs import CHILD, child_env, run_child, tiny_args
+import run_devices
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +35,8 @@ def finished_run(tmp_path_factory, small_corpus_dir):
     workdir = str(tmp_path_factory.mktemp("run") / "wd")
     with compile_effort.compiled(optimized=True):
         code = main.main(tiny_args(workdir, small_corpus_dir, **{"data.workers": 1,
-                                                                 "train.plot": True}))
+                                                                 "train.plot": True},
+                                   **run_devices.IN_A_WORKER))
     assert code == 0
     return workdir
 
@@ -59,7 +61,7 @@ def test_a_run_writes_metrics_checkpoints_and_curves(finished_run):
 
 def test_running_a_finished_run_again_does_nothing(finished_run, capsys):
     before = logged(finished_run)
-    assert main.main(tiny_args(finished_run, "unused")) == 0
+    assert main.main(tiny_args(finished_run, "unused", **run_devices.IN_A_WORKER)) == 0
     assert "already reached step 12" in capsys.readouterr().err
     assert logged(finished_run) == before
 

@@ -22,7 +22,6 @@ from bertjax.core.errors import UserError
 from bertjax.data.length_schedule import Phase
 from bertjax.jobs import common, pretraining_model
 from bertjax.parallel import partitioning
-from bertjax.parallel.mesh import make_mesh
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.train.compilation import abstract_batch, compile_step
 from bertjax.train.optimizer import make_optimizer
@@ -52,7 +51,7 @@ class PretrainTarget:
 
     def __init__(self, s: PretrainSettings, devices: list, device_memory_gb: float):
         self.s, self.device_memory_gb = s, device_memory_gb
-        self.mesh = make_mesh(s.mesh.data, s.mesh.fsdp, s.mesh.tensor, devices=devices)
+        self.mesh = s.mesh.make(devices)
         micro = s.train.batch_size // s.train.accumulation_steps
         common.check_batch_split(self.mesh, batch_size=micro)
         self.encoder = s.model.encoder(s.data.vocab_size)

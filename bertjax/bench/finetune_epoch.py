@@ -269,7 +269,7 @@ def run(options, s: FinetuneSettings) -> dict:
     result = {"task": s.task, "rows": rows, "batch": s.train.batch_size, "max_seq_len": max_len,
               "dtype": start.encoder.dtype, "matmul_dtype": start.encoder.operand_dtype,
               "params": ours.params,
-              "devices": jax.device_count(), "platform": jax.devices()[0].platform,
+              "devices": ours.mesh.devices.size, "platform": jax.devices()[0].platform,
               "torch_threads": peer.threads if peer else None,
               "epochs": [dict(t.as_dict(), examples_per_s=rows / t.seconds) for t in timings]}
     if s.train.packing:

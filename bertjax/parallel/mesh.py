@@ -38,6 +38,23 @@ def resolve_axis_sizes(sizes: Sequence[int], device_count: int) -> tuple[int, ..
     return tuple(resolved)
 
 
+def first_devices(count: int, devices=None) -> list:
+    """The first `count` of `devices` (default: all of them, across every host); -1: all.
+
+    A subset serves one process only: across several hosts each would have to hold a share of it,
+    which a count taken from the front of the list cannot promise."""
+    devices = list(jax.devices() if devices is None else devices)
+    if count == -1:
+        return devices
+    if len({d.process_index for d in devices}) > 1:
+        raise UserError(f"mesh.devices={count}: a run over several processes uses every device "
+                        "(mesh.devices=-1)")
+    if not 1 <= count <= len(devices):
+        raise UserError(f"mesh.devices={count}: there are {len(devices)} devices; give 1 to "
+                        f"{len(devices)}, or -1 for all")
+    return devices[:count]
+
+
 def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> Mesh:
     """A (data, fsdp, tensor) mesh over `devices` (default: all of them, across every host).
 

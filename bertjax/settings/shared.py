@@ -8,7 +8,7 @@ import jax
 
 from bertjax.core.errors import UserError
 from bertjax.model.config import ARCHITECTURE_DEFAULTS, EncoderConfig, preset
-from bertjax.parallel.mesh import make_mesh
+from bertjax.parallel.mesh import first_devices, make_mesh
 from bertjax.settings.config_keys import Section, fields_of
 
 # model.preset value that takes the shape and vocabulary from config.init_checkpoint.
@@ -107,13 +107,20 @@ class MeshSettings:
     data: int
     fsdp: int
     tensor: int
+    devices: int  # how many of the devices the mesh spans (the first ones); -1: all
 
-    def make(self):
-        return make_mesh(data=self.data, fsdp=self.fsdp, tensor=self.tensor)
+    def make(self, devices=None):
+        """The mesh over the first `self.devices` of `devices` (default: JAX's, every host's)."""
+        return make_mesh(data=self.data, fsdp=self.fsdp, tensor=self.tensor,
+                         devices=first_devices(self.devices, devices))
 
 
 def mesh_settings(section: Section) -> MeshSettings:
-    return MeshSettings(**fields_of(MeshSettings, section, "mesh"))
+    mesh = MeshSettings(**fields_of(MeshSettings, section, "mesh"))
+    if type(mesh.devices) is not int or not (mesh.devices == -1 or mesh.devices >= 1):
+        raise UserError(f"mesh.devices must be a positive number of devices or -1 (all), got "
+                        f"{mesh.devices!r}")
+    return mesh
 
 
 def _check_attention(spec: ModelSpec) -> None:

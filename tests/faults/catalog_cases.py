@@ -301,6 +301,8 @@ CASES = [
     Case("main-pretrain-unknown-masking", MAIN, _pretrain("masking.strategy=random"),
          "masking.strategy"),
     Case("main-pretrain-mesh-larger-than-devices", MAIN, _pretrain("mesh.data=4"), "devices"),
+    Case("main-pretrain-mesh-spans-more-devices-than-there-are", MAIN, _pretrain("mesh.devices=9"),
+         "mesh.devices=9: there are 8 devices"),
     Case("main-pretrain-does-not-fit-device-memory", MAIN,
          _pretrain("train.device_memory_gb=0.001"), "per device but a device holds"),
     Case("main-pretrain-from-checkpoint-without-init", MAIN,
