@@ -277,10 +277,42 @@ def _honour_preconditions() -> None:
     srv.objects.insert = guarded(original_insert)  # the Router's fallback for POST .../b/x/o
 
 
+def _send_generations() -> None:
+    """An object's download answers with its generation in `x-goog-generation` (and its
+    metageneration), as Cloud Storage does. Without it tensorstore took a read's generation as 0
+    and refused its next write conditioned on it ("Malformed StorageGeneration"): an OCDBT
+    checkpoint that happened to re-read its manifest before updating it failed to save."""
+    from http import HTTPStatus
+
+    from gcp_storage_emulator import server as srv
+    from gcp_storage_emulator.exceptions import NotFound
+    from gcp_storage_emulator.handlers import objects
+
+    plain_download = objects.download
+
+    def download(request, response, storage, *args, **kwargs):
+        result = plain_download(request, response, storage, *args, **kwargs)
+        if response.status in (HTTPStatus.OK, HTTPStatus.PARTIAL_CONTENT):
+            try:
+                obj = storage.get_file_obj(request.params["bucket_name"],
+                                           request.params["object_id"])
+            except NotFound:
+                return result
+            response["x-goog-generation"] = str(obj["generation"])
+            response["x-goog-metageneration"] = str(obj["metageneration"])
+        return result
+
+    objects.download = download  # what objects.get calls for ?alt=media
+    srv.HANDLERS = tuple(
+        (regex, {m: (download if h is plain_download else h) for m, h in handlers.items()})
+        for regex, handlers in srv.HANDLERS)
+
+
 def _serve(preconditions: bool) -> None:
     import logging
 
     logging.basicConfig(level=logging.CRITICAL)
+    _send_generations()
     if preconditions:
         _honour_preconditions()
     import http.server

@@ -137,6 +137,21 @@ def test_orbax_checkpoint_manager_on_gcs(gcs, gcs_bucket):
     assert time.monotonic() - start < 15
 
 
+def test_a_write_conditioned_on_a_reads_generation_is_accepted(gcs, gcs_bucket):
+    """A download names the object's generation, as Cloud Storage's do: tensorstore conditions
+    its next write on it (OCDBT's manifest), and took a missing one for 0 ("Malformed
+    StorageGeneration", a checkpoint save failing now and then)."""
+    import tensorstore as ts
+
+    kv = ts.KvStore.open({"driver": "gcs", "bucket": gcs_bucket}).result()
+    written = kv.write("manifest.ocdbt", b"1").result()
+    read = kv.read("manifest.ocdbt").result()
+    assert read.value == b"1" and read.stamp.generation == written.generation
+    rewritten = kv.write("manifest.ocdbt", b"2", if_equal=read.stamp.generation).result()
+    assert rewritten.generation not in (written.generation, b"")
+    assert kv.read("manifest.ocdbt").result().value == b"2"
+
+
 def test_a_missing_bucket_fails_at_once(gcs):
     import fsspec
     import jax.numpy as jnp
