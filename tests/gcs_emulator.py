@@ -285,19 +285,15 @@ def _send_generations() -> None:
     from http import HTTPStatus
 
     from gcp_storage_emulator import server as srv
-    from gcp_storage_emulator.exceptions import NotFound
     from gcp_storage_emulator.handlers import objects
 
     plain_download = objects.download
 
     def download(request, response, storage, *args, **kwargs):
         result = plain_download(request, response, storage, *args, **kwargs)
+        # Answered: the object is there (the server takes one request at a time).
         if response.status in (HTTPStatus.OK, HTTPStatus.PARTIAL_CONTENT):
-            try:
-                obj = storage.get_file_obj(request.params["bucket_name"],
-                                           request.params["object_id"])
-            except NotFound:
-                return result
+            obj = storage.get_file_obj(request.params["bucket_name"], request.params["object_id"])
             response["x-goog-generation"] = str(obj["generation"])
             response["x-goog-metageneration"] = str(obj["metageneration"])
         return result
