@@ -123,10 +123,16 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
     # step count, 100,000 steps of warmup would keep it near 0 for the whole run).
     schedule = make_schedule(OptimizerConfig(learning_rate=1e-3, warmup_steps=100_000,
                                              total_steps=1_000_000))
+    # A record's rate is its last step's, set when the host dispatched that step; the record's
+    # clock is read once the step has run. The host runs ahead of the device (on a loaded machine
+    # by seconds), so the rate was set at some time after the previous record and before this one.
+    previous_s = 0.0
     for record in train:
-        fraction = min(record["budget_spent_s"] / BUDGET_S, 1.0)
-        assert record["learning_rate"] == pytest.approx(
-            float(schedule(fraction * 1_000_000)), abs=1e-4), record
+        rates = [float(schedule(min(s / BUDGET_S, 1.0) * 1_000_000))
+                 for s in np.linspace(previous_s, record["budget_spent_s"], 201)]
+        assert min(rates) - 1e-5 <= record["learning_rate"] <= max(rates) + 1e-5, (
+            previous_s, record)
+        previous_s = record["budget_spent_s"]
     assert len(train) < 2 or max(r["learning_rate"] for r in train) > 2e-4
     assert train[-1]["learning_rate"] < 1e-4
 
