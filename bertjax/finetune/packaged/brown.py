@@ -57,22 +57,29 @@ def universal_tag(brown: str) -> str:
     return UNIVERSAL[base]
 
 
-def sentences(directory: str) -> list[TaggedExample]:
-    """Every sentence of the corpus, id `FILE:N` (N-th sentence of the file, from 1)."""
+def sentences(directory: str, split: str | None = None) -> list[TaggedExample]:
+    """Every sentence of the corpus (or of one split), id `FILE:N` (N-th sentence of the file,
+    from 1). Every tag is coarsened, the other splits' too, so an unknown one is always refused."""
     names = sorted(n for n in os.listdir(directory) if _FILE.fullmatch(n))
     if len(names) != 500:
         raise UserError(f"{directory} has {len(names)} Brown corpus files, not 500 (a damaged "
                         "download? remove the folder to fetch it again)")
+    # 1.16 million tokens of 472 distinct tags: one shared label string per tag, from a dict (a
+    # cached call and a new "B-" string per token read a split in 1.1-1.3 s, this in 0.6-1.0 s).
+    labels: dict[str, str] = {}
     out = []
     for name in names:
         with open(os.path.join(directory, name), encoding="utf-8") as f:
-            tokens_by_line = [line.split() for line in f]
-        for number, tokens in enumerate((t for t in tokens_by_line if t), 1):
+            lines = [line.split() for line in f]
+        for number, tokens in enumerate((t for t in lines if t), 1):
             pairs = [token.rpartition("/") for token in tokens]
-            out.append(TaggedExample(f"{name}:{number}", [word for word, _, _ in pairs],
-                                     ["B-" + universal_tag(tag) for _, _, tag in pairs]))
+            tags = [labels.get(tag) or labels.setdefault(tag, "B-" + universal_tag(tag))
+                    for _, _, tag in pairs]
+            words = [word for word, _, _ in pairs]
+            if split is None or split_of(" ".join(words)) == split:
+                out.append(TaggedExample(f"{name}:{number}", words, tags))
     return out
 
 
 def examples(directory: str, split: str) -> list[TaggedExample]:
-    return [e for e in sentences(directory) if split_of(" ".join(e.words)) == split]
+    return sentences(directory, split)
