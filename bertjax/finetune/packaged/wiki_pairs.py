@@ -128,9 +128,10 @@ def _with_negatives(pairs: list[Pair], seed: int) -> list[Pair]:
     out = []
     for p in pairs:
         rng = random.Random(f"{seed}:negative:{p.number}")
-        same = [n for n in by_article[p.title] if n != p.number]
-        others = [n for n in by_split[p.split] if pairs[n].title != p.title]
-        choices = same or others
+        # Another article of the split only where the paragraph's own has no other: that list is
+        # the split's length, and building it for every pair took 0.40-0.51 s, not 0.06-0.07 s.
+        choices = [n for n in by_article[p.title] if n != p.number] or [
+            n for n in by_split[p.split] if pairs[n].title != p.title]
         out.append(dataclasses.replace(p, negative=rng.choice(choices) if choices else -1))
     return out
 
