@@ -128,9 +128,9 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
     # by seconds), so the rate was set at some time after the previous record and before this one.
     previous_s = 0.0
     for record in train:
-        rates = [float(schedule(min(s / BUDGET_S, 1.0) * 1_000_000))
-                 for s in np.linspace(previous_s, record["budget_spent_s"], 201)]
-        assert min(rates) - 1e-5 <= record["learning_rate"] <= max(rates) + 1e-5, (
+        spent = np.linspace(previous_s, record["budget_spent_s"], 201)
+        rates = np.asarray(schedule(np.minimum(spent / BUDGET_S, 1.0) * 1_000_000))
+        assert rates.min() - 1e-5 <= record["learning_rate"] <= rates.max() + 1e-5, (
             previous_s, record)
         previous_s = record["budget_spent_s"]
     assert len(train) < 2 or max(r["learning_rate"] for r in train) > 2e-4
