@@ -104,6 +104,21 @@ def test_fill_mask_is_the_mlm_head_at_the_mask(pretrained):
     assert [len(t) for t in two] == [2, 1]
 
 
+def test_fill_mask_compiles_once_per_length_bucket_not_per_length(pretrained):
+    """Texts of eight lengths (6-13 tokens) run as one batch padded to one bucket (16 tokens):
+    one compile, not one per length, and each text's answer is the one it gets alone."""
+    model = bertjax.load(pretrained[0])
+    texts = ["the [MASK] " + "cat " * n + "sat." for n in range(8)]
+    assert sorted({len(model._masked_row(t)[0]) for t in texts}) == list(range(6, 14))
+    together = model.fill_mask(texts, top_k=2)
+    jitted = model._compiled[("fill_mask", 1, 2)].func
+    assert jitted._cache_size() == 1
+    for text, found in zip(texts, together):
+        alone = model.fill_mask(text, top_k=2)
+        assert [t for t, _ in found[0]] == [t for t, _ in alone[0]]
+        np.testing.assert_allclose([p for _, p in found[0]], [p for _, p in alone[0]], rtol=1e-5)
+
+
 def test_predict_of_a_fine_tuned_run_is_what_predict_mode_writes(tmp_path, tokenizer_dir):
     cfg = config(True)
     classifier = SequenceClassifier(cfg, num_labels=2)

@@ -164,8 +164,10 @@ class Model(Runner):
                              f"their {sum(dropped)} [MASK](s) past it get no predictions")
         slots = max([len(found) for found in positions] + [1])
         fn = self._mask_filler_fn(slots, min(top_k, self.config.vocab_size))
-        results = [(self._fill_row(fn, row, found, slots) if len(found) else []) + [[]] * cut
-                   for row, found, cut in zip(rows, positions, dropped)]
+        masked = [i for i, found in enumerate(positions) if len(found)]
+        filled = dict(zip(masked, self._filled(fn, [rows[i] for i in masked],
+                                               [len(positions[i]) for i in masked])))
+        results = [filled.get(i, []) + [[]] * cut for i, cut in enumerate(dropped)]
         return results[0] if isinstance(text, str) else results
 
     def predict(self, texts: Sequence, pairs: Sequence[str] | None = None):

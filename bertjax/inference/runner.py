@@ -151,14 +151,22 @@ class Runner:
         return self._compiled[key]
 
     def _mask_filler_fn(self, slots: int, top_k: int):
-        """batch -> the top_k {"probs", "ids"} at each of `slots` masked positions (jitted; the
-        parameters an argument, as in _encoder_fn)."""
+        """batch -> the top_k {"probs", "ids"} at each row's first `slots` [MASK]s (jitted; the
+        parameters an argument, as in _encoder_fn). The positions are found on the device, so
+        that texts of any length share their length bucket's program: one compile per bucket,
+        not one per distinct length."""
         key = ("fill_mask", slots, top_k)
         if key not in self._compiled:
             module = MaskFiller(self.config)
+            mask_id = self.tokenizer.special.mask
 
             def fill(params, batch):
-                logits = module.apply({"params": params}, batch)
+                # A stable sort puts the [MASK]s first, in order; the positions after a row's
+                # own masks are other tokens, whose predictions the caller drops.
+                not_mask = (batch["input_ids"] != mask_id).astype(jnp.int32)
+                positions = jnp.argsort(not_mask, axis=-1, stable=True)[:, :slots]
+                logits = module.apply({"params": params},
+                                      {**batch, "masked_positions": positions.astype(jnp.int32)})
                 probs, ids = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), top_k)
                 return {"probs": probs, "ids": ids}
 
@@ -167,16 +175,13 @@ class Runner:
             self._compiled[key] = functools.partial(jax.jit(fill), params)
         return self._compiled[key]
 
-    def _fill_row(self, fn, row: Row, found: np.ndarray, slots: int) -> list:
-        """Per mask position in `found`: the top (token, probability) pairs."""
-        ids, segments = row
-        batch = {"input_ids": ids[None], "segment_ids": segments[None],
-                 "input_mask": np.ones((1, len(ids)), np.int32),
-                 "masked_positions": np.pad(found, (0, slots - len(found)))[None].astype(np.int32)}
-        out = jax.device_get(fn(batch))
-        return [[(self.tokenizer.id_to_token(int(t)), float(p))
-                 for t, p in zip(out["ids"][0, m], out["probs"][0, m])]
-                for m in range(len(found))]
+    def _filled(self, fn, rows: list[Row], counts: list[int]) -> list:
+        """Per row, per [MASK] (the first `counts[i]` of row i): the top (token, probability)
+        pairs; the rows run together in length buckets."""
+        outputs = self._run(fn, rows)
+        return [[[(self.tokenizer.id_to_token(int(t)), float(p))
+                  for t, p in zip(out["ids"][m], out["probs"][m])] for m in range(count)]
+                for out, count in zip(outputs, counts)]
 
     def _run(self, fn, rows: list[Row]) -> list:
         if not rows:
