@@ -22,6 +22,7 @@ imported likewise; its names, layouts and config are `hf_modernbert`'s.
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from typing import Any, Mapping
 
 import flax.linen as nn
@@ -226,28 +227,26 @@ def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
     """`params` completed with BERT's initialization of the parameters it lacks: kernels normal
     (initializer_range), biases zero, LayerNorm scales one. Drawn on the host from the traced
     shapes: compiling the model's init would cost more than the whole import (seconds to tens of
-    seconds on a CPU) for a few arrays."""
+    seconds on a CPU) for a few arrays. Only what is missing is drawn, each parameter from its
+    own stream (the seed and its path): a real model's 12M-entry word embeddings are not drawn
+    to be thrown away, and what one parameter gets does not depend on which others were given."""
     # The parameters' shapes do not depend on the batch's: the smallest one will do.
     batch = zeros_batch(1, 2, 1, nsp=True, span=False)
     shapes = nn.meta.unbox(jax.eval_shape(
         lambda key: BertForPretraining(model, nsp=True).init(key, batch),
         jax.random.key(seed))["params"])
-    rng = np.random.default_rng(seed)
+    given = traverse_util.flatten_dict(params)
 
     def initial(path, leaf):
-        name = str(getattr(path[-1], "key", path[-1]))
-        if name == "scale":
+        names = tuple(str(getattr(part, "key", part)) for part in path)
+        if names in given:
+            return given[names]
+        if names[-1] == "scale":
             return np.ones(leaf.shape, leaf.dtype)
-        if name == "bias":
+        if names[-1] == "bias":
             return np.zeros(leaf.shape, leaf.dtype)
+        rng = np.random.default_rng([seed, zlib.crc32("/".join(names).encode())])
         return (model.initializer_range * rng.standard_normal(leaf.shape)).astype(leaf.dtype)
 
-    return _merge(jax.tree_util.tree_map_with_path(initial, shapes), params)
-
-
-def _merge(fresh: Mapping, given: Mapping) -> Tree:
-    """`fresh`'s tree, with `given`'s leaf wherever `given` has one."""
-    given_leaves = traverse_util.flatten_dict(given)
-    return traverse_util.unflatten_dict({path: given_leaves.get(path, leaf) for path, leaf
-                                         in traverse_util.flatten_dict(fresh).items()})
+    return jax.tree_util.tree_map_with_path(initial, shapes)
 
