@@ -47,10 +47,14 @@ def write_qnli(path: str, records: list[dict], articles: list[list[str]], seed: 
     """GLUE-style TSV: question, sentence, label (1: the sentence answers the question)."""
     rng = random.Random(seed)
     rows = [["index", "question", "sentence", "label"]]
+    yearless: dict[int, list[str]] = {}  # per article, searched once (not once per question)
     for n, r in enumerate(records):
         sentences = articles[r["article"]]
         own = sentences[r["sentence_index"]]
-        others = [s for s in sentences if s != own and not YEAR.search(s)]
+        if n % 2:
+            if r["article"] not in yearless:
+                yearless[r["article"]] = [s for s in sentences if not YEAR.search(s)]
+            others = [s for s in yearless[r["article"]] if s != own]
         if n % 2 == 0 or not others:
             rows.append([str(n), r["question"], own, "1"])
         else:
