@@ -261,14 +261,6 @@ def goals(args, scores: dict) -> list[str]:
     return lines
 
 
-def cached_baselines(args) -> dict:
-    """The baselines' scores on the tasks' full training and test sets, computed once per set of
-    tasks (a rerun reads them, as it reads every fine-tuning result)."""
-    tasks = {t: (TASKS[t].kind, TASKS[t].metric, *TASKS[t].files(args.pairs)) for t in args.tasks}
-    path = os.path.join(args.workdir, "baselines-" + runs.key(tasks) + ".json")
-    return runs.cached(path, lambda: budget_baselines.run(tasks))
-
-
 def workdir_and_corpus(args) -> str:
     """Creates the benchmark's workdir; the prepared corpus: --prepared, else books+wiki with
     configs/budget.py's 8,192-token vocabulary, prepared there once."""
@@ -294,7 +286,10 @@ def main(argv=None) -> None:
         for future in concurrent.futures.as_completed(futures):
             start, t = futures[future]
             scores[start][t].append(future.result()["score"])
-    baselines = cached_baselines(args)
+    # Computed once per set of tasks: a rerun reads them, as it reads every fine-tuning result.
+    tasks = {t: (TASKS[t].kind, TASKS[t].metric, *TASKS[t].files(args.pairs)) for t in args.tasks}
+    baselines = runs.cached(os.path.join(args.workdir, f"baselines-{runs.key(tasks)}.json"),
+                            lambda: budget_baselines.run(tasks))
     plot = os.path.join(args.workdir, "budget_pretraining.png")
     budget_baselines.plot(plot, args, starts, scores, baselines)
     print(f"\n{args.size}, {args.minutes:g} minutes, batch {args.batch_size}, {args.seeds} seeds; "

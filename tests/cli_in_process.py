@@ -57,8 +57,8 @@ def _logging_kept():
     finally:
         absl_logging.set_verbosity(verbosity)
         for lg, level, filters, handlers, disabled, propagate in saved:
-            # setLevel clears the cache of every logger (over a thousand once the libraries are
-            # imported), so it is called only where the level changed: 11 s of a run otherwise.
+            # Each setLevel clears the cache of every logger the process has, so it is called
+            # only where the level changed (py-spy: 11 s of a suite run otherwise).
             if lg.level != level:
                 lg.setLevel(level)
             lg.filters[:] = filters

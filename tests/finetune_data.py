@@ -51,11 +51,12 @@ def write_qnli(path: str, records: list[dict], articles: list[list[str]], seed: 
     for n, r in enumerate(records):
         sentences = articles[r["article"]]
         own = sentences[r["sentence_index"]]
+        others = []
         if n % 2:
             if r["article"] not in yearless:
                 yearless[r["article"]] = [s for s in sentences if not YEAR.search(s)]
             others = [s for s in yearless[r["article"]] if s != own]
-        if n % 2 == 0 or not others:
+        if not others:
             rows.append([str(n), r["question"], own, "1"])
         else:
             rows.append([str(n), r["question"], rng.choice(others), "0"])
