@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import preloaded_python
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -51,12 +53,13 @@ CHILD = textwrap.dedent("""
         return result
     checkpoint.Checkpointer.save = save_then_maybe_die
     if os.environ.get("SIGTERM_DURING_COMPILE"):
-        from bertjax.train import compilation
-        compile_step = compilation.compile_step
+        # The run's own name for it: the module may be imported already (preloaded_python.py).
+        from bertjax.jobs import pretrain_run
+        compile_step = pretrain_run.compile_step
         def compile_after_a_sigterm(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGTERM)
             return compile_step(*args, **kwargs)
-        compilation.compile_step = compile_after_a_sigterm
+        pretrain_run.compile_step = compile_after_a_sigterm
     from bertjax.cli import main
     sys.exit(main.main(sys.argv[1:]))
 """)
@@ -78,11 +81,18 @@ def child_env(**extra):
 
 
 def run_child(args, **env):
-    return subprocess.run([sys.executable, "-c", CHILD, *args], env=child_env(**env), cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return preloaded_python.run([sys.executable, "-c", CHILD, *args], env=child_env(**env),
+                                cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 def run_cli(*args):
-    """`python -m ARGS` in a child process with child_env()."""
+    """`python -m ARGS` in a child process with child_env(), forked from a preloaded interpreter
+    (tests/preloaded_python.py)."""
+    return preloaded_python.run([sys.executable, "-m", *args], env=child_env(), cwd=REPO,
+                                capture_output=True, text=True, timeout=300)
+
+
+def run_cli_afresh(*args):
+    """run_cli in a freshly started interpreter, for a test whose point includes its start-up."""
     return subprocess.run([sys.executable, "-m", *args], env=child_env(), cwd=REPO,
                           capture_output=True, text=True, timeout=300)

@@ -3,11 +3,11 @@ buckets and transformers', printed and written; a config it cannot time refused 
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -15,8 +15,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def bench(*args):
     env = dict(os.environ, XLA_FLAGS=CHILD_XLA_FLAGS)
-    return subprocess.run([sys.executable, "-m", "bertjax.bench", "--task", "finetune", *args],
-                          env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    return preloaded_python.run([sys.executable, "-m", "bertjax.bench", "--task", "finetune",
+                                 *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def test_an_epoch_is_timed_bucketed_padded_and_against_transformers(tmp_path, minilm_dir):

@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import jax
@@ -30,6 +29,7 @@ from bertjax.model import layout
 from bertjax.model.encoder import Encoder
 from cli_checks import assert_one_line_error, leftovers, run_cli, snapshot
 from hf_reference import PAIRS, TOL, randomize, run_hf, run_ours, save_hf_dir, text_batch
+import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,8 +214,8 @@ def run_main_in_child(args):
     """The job in a child process on one CPU device with the least XLA optimization: compiling,
     not running, dominates a two-step run."""
     env = {**os.environ, "XLA_FLAGS": CHILD_XLA_FLAGS}
-    return subprocess.run([sys.executable, "-m", "bertjax.main", *args[1:]], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+    return preloaded_python.run([sys.executable, "-m", "bertjax.main", *args[1:]], env=env,
+                                cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 def test_a_converted_model_starts_pretraining_with_its_own_shape_and_exports_again(

@@ -7,7 +7,6 @@ Oracles: ports of google-research/bert's chunking loop and truncate_seq_pair, fa
 import json
 import multiprocessing
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -26,6 +25,7 @@ from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.core.errors import UserError
 from bertjax.train import compilation
+import preloaded_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = {"input_ids", "segment_ids", "input_mask", "masked_positions", "masked_ids",
@@ -459,8 +459,8 @@ def test_batch_statistics_show_bert_masking(wiki):
 
 
 def _inspect(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "bertjax.data.inspect", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+    return preloaded_python.run([sys.executable, "-m", "bertjax.data.inspect", *args], cwd=cwd,
+                                capture_output=True, text=True, timeout=120)
 
 
 def test_inspect_command_prints_and_dumps_batches(wiki_dir, tmp_path):

@@ -22,7 +22,7 @@ import cli_in_process
 from bertjax import wsd
 from faults.catalog_cases import CASES, SHARED, Case, write_files
 from faults.file_trees import md5s
-from pretrain_runs import REPO, run_cli
+from pretrain_runs import REPO, run_cli, run_cli_afresh
 from sense_examples import HAND_MADE
 
 assert len({case.id for case in CASES}) == len(CASES), "case ids must be unique"
@@ -128,7 +128,7 @@ def run_case(case: Case, shared: dict, tmp: str) -> Outcome:
     arguments = case.arguments(paths)
     started = time.perf_counter()
     if case.id in IN_A_PROCESS:
-        done = run_cli(f"bertjax.{case.module}", *arguments)
+        done = run_cli_afresh(f"bertjax.{case.module}", *arguments)
     else:
         done = cli_in_process.run(case.module, *arguments)
     seconds = time.perf_counter() - started
