@@ -135,8 +135,10 @@ def become_child(request: dict, fds: list, inherited: list, preloaded: tuple) ->
 def serve(path: str) -> None:
     preloaded = preload()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(path)
+    # The client waits for the path to appear: it appears only once connections are accepted.
+    listener.bind(path + ".binding")
     listener.listen(16)
+    os.rename(path + ".binding", path)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
