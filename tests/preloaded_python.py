@@ -2,8 +2,8 @@
 has already imported JAX and bertjax (tests/preloaded_server.py) instead of started afresh.
 
 Why: the suite starts about 180 such processes, and each spent 1.5-2 s of CPU importing JAX,
-Flax, Optax, Orbax and bertjax before doing anything (a 6-step pretraining child: 5.0-5.6 s of CPU
-forked against 6.0-7.8 s started, on 2 cores). A forked child is still a process of its own: its
+Flax, Optax, Orbax and bertjax before doing anything (a 6-step pretraining child: 4.7-6.1 s of CPU
+forked against 6.0-8.7 s started, on 2 cores). A forked child is still a process of its own: its
 own pid (tests signal and kill it), exit status, stdin/stdout/stderr, working directory and
 environment; it creates its own JAX backend, reading XLA_FLAGS then. What it does not exercise is
 the interpreter's start-up: the tests that are about that (each command's `--help`, a command's

@@ -171,7 +171,6 @@ def serve(path: str) -> None:
                 os.close(fd)
             connection.send(str(pid).encode())
             waiting[pid] = connection
-        reap(waiting)
 
 
 def reap(waiting: dict) -> None:
