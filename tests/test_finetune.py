@@ -2,7 +2,7 @@
 data with a tiny model, clearly above its trivial baseline; the best checkpoint is kept; a resumed
 run is exact; restarts keep the best; predict writes a file; bad input is one line and exit 2.
 
-The tiny models start from scratch (a 2-layer, 128-wide BERT and a WordPiece vocabulary trained
+The tiny models start from scratch (a 2-layer, 64-wide BERT and a WordPiece vocabulary trained
 on the tests' text) so that a task learns in about a hundred CPU steps; starting from pretrained
 parameters is tested in test_finetune_start.py.
 """
@@ -48,10 +48,10 @@ def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
     assert run["task"] == "finetune_classification"
     assert run["heads"] == {"head": "sequence_classification", "num_labels": 2,
                             "labels": ["negative", "positive"], "crf": False}
-    assert run["encoder"]["hidden_size"] == 128 and os.path.isdir(run["tokenizer_dir"])
+    assert run["encoder"]["hidden_size"] == 64 and os.path.isdir(run["tokenizer_dir"])
     bundle = loading.load(sentiment_run, r["best_step"])
     assert set(bundle.params) == {"encoder", "classifier"}
-    assert bundle.params["classifier"]["kernel"].shape == (128, 2)
+    assert bundle.params["classifier"]["kernel"].shape == (64, 2)
 
 
 @pytest.mark.optimized

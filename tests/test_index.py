@@ -21,6 +21,7 @@ from bertjax.cli import index as cli
 from bertjax.retrieval.fingerprint import fingerprint
 from bertjax.retrieval.rerank import CrossEncoder
 from cli_checks import run_cli
+from finetune_runs import NARROW
 import compile_effort
 from retrieval_pairs import cross_encoder_pairs, sentence_passages, write_jsonl, write_pairs
 import run_devices
@@ -133,7 +134,7 @@ def built(wiki, minilm_dir, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def cross_encoder_run(wiki, tmp_path_factory) -> str:
-    """A 2-layer, 128-wide pair classifier trained from scratch on (query, passage, 1/0) pairs
+    """A 2-layer, 64-wide pair classifier trained from scratch on (query, passage, 1/0) pairs
     of the same queries (it checks the re-ranking path, not a held-out gain)."""
     from bertjax.data.tokenizer_training import train_wordpiece
 
@@ -141,7 +142,7 @@ def cross_encoder_run(wiki, tmp_path_factory) -> str:
     texts = [d["text"] for d in wiki["documents"]] + [q["text"] for q in wiki["queries"]]
     train_wordpiece(texts, vocab_size=1000).save(str(root / "vocab"))
     workdir = str(root / "run")
-    settings = {"model.preset": "tiny", "model.hidden_dropout": 0.0,
+    settings = {"model.preset": "tiny", **NARROW, "model.hidden_dropout": 0.0,
                 "model.attention_dropout": 0.0, "optimizer.learning_rate": 2e-3,
                 "train.batch_size": 32, "train.log_every": 10, "train.epochs": 2,
                 "data.tokenizer": str(root / "vocab"), "data.train": wiki["pairs"],

@@ -27,14 +27,16 @@ from bertjax.finetune.tasks.retrieval import text_key
 from bertjax.retrieval import exact, metrics
 from bertjax.finetune.packaged import wiki_pairs
 import compile_effort
+from finetune_runs import NARROW
 import run_devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPLITS = ("train", "dev", "test")
-# A from-scratch tiny model; short rows keep a CPU run to seconds.
-TINY = {"model.preset": "tiny", "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
-        "optimizer.learning_rate": 2e-3, "train.batch_size": 32, "train.log_every": 20,
-        "data.max_seq_len": 64, "data.max_query_length": 32, **run_devices.IN_A_WORKER}
+# A from-scratch tiny model, narrowed as finetune_runs' are; short rows keep a CPU run to seconds.
+TINY = {"model.preset": "tiny", **NARROW, "model.hidden_dropout": 0.0,
+        "model.attention_dropout": 0.0, "optimizer.learning_rate": 2e-3, "train.batch_size": 32,
+        "train.log_every": 20, "data.max_seq_len": 64, "data.max_query_length": 32,
+        **run_devices.IN_A_WORKER}
 
 
 def finetune(workdir: str, **settings) -> int:
