@@ -6,9 +6,9 @@ Flax, Optax, Orbax and bertjax before doing anything (a 6-step pretraining child
 forked against 6.0-8.7 s started, on 2 cores). A forked child is still a process of its own: its
 own pid (tests signal and kill it), exit status, stdin/stdout/stderr, working directory and
 environment; it creates its own JAX backend, reading XLA_FLAGS then. What it does not exercise is
-the interpreter's start-up: the tests that are about that (each command's `--help`, a command's
-first imports, the huge-page re-execution, bad input refused before JAX is imported) start real
-interpreters with subprocess.
+the interpreter's start-up: the tests that are about that (`python -m bertjax.main --help`, a
+command's first imports, the huge-page re-execution, bad input refused before JAX is imported)
+start real interpreters with subprocess.
 
 Variables read while importing (JAX_* among them) must be the server's, so each distinct
 environment, less the variables only read at run time (RUN_TIME_VARIABLES), has a server of its
