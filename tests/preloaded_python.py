@@ -19,6 +19,7 @@ subprocess starts instead.
 import atexit
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,11 +27,16 @@ import tempfile
 import threading
 import time
 
-SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "preloaded_server.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.path.join(HERE, "preloaded_server.py")
+# A forked script's sys.executable (run_script), with these variables set for it.
+FORWARDER = os.path.join(HERE, "forwarding_python")
+FORWARDING_VARIABLES = ("PRELOADED_FORWARDER", "PRELOADED_SOCKET", "PRELOADED_PYTHON")
 # Read by a child after its imports, never while importing (XLA_FLAGS when the backend starts).
 RUN_TIME_VARIABLES = ("XLA_FLAGS", "PYTEST_CURRENT_TEST", "KILL_AFTER_CHECKPOINT",
                       "STOP_PID_AFTER_CHECKPOINT", "SIGTERM_DURING_COMPILE",
-                      "STORAGE_EMULATOR_HOST", "BERTJAX_CACHE", "BERTJAX_STORAGE_TIMEOUT")
+                      "STORAGE_EMULATOR_HOST", "BERTJAX_CACHE", "BERTJAX_STORAGE_TIMEOUT",
+                      *FORWARDING_VARIABLES)
 MAX_SERVERS = 3
 START_SECONDS = 120
 
@@ -54,15 +60,20 @@ class _Server:
             time.sleep(0.02)
 
     def start(self, argv: list, env: dict, cwd: str, fds: list) -> tuple:
-        connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        connection.connect(self.path)
-        request = json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()
-        socket.send_fds(connection, [request], fds)
-        return connection, int(connection.recv(64))
+        return _start(self.path, argv, env, cwd, fds)
 
     def close(self):
         self.process.stdin.close()
         self.process.wait(timeout=30)
+
+
+def _start(path: str, argv: list, env: dict, cwd: str, fds: list) -> tuple:
+    """(the connection, the child's pid) of a child the server at `path` forked."""
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    connection.connect(path)
+    request = json.dumps({"argv": argv, "env": env, "cwd": cwd}).encode()
+    socket.send_fds(connection, [request], fds)
+    return connection, int(connection.recv(64))
 
 
 def _server_for(env: dict):
@@ -226,3 +237,51 @@ def run(args, *, env=None, cwd=None, capture_output=False, text=False, timeout=N
     if check:
         done.check_returncode()
     return done
+
+
+# `python PATH ARGS...` in a forked child: the script's directory first on sys.path, as the
+# interpreter puts it, and sys.executable the forwarder.
+_SCRIPT = ("import os, runpy, sys\n"
+           "sys.executable = os.environ['PRELOADED_FORWARDER']\n"
+           "sys.argv = sys.argv[1:]\n"
+           "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
+           "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def run_script(path: str, *args, env=None, **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run([sys.executable, path, *args], ...) for a script that starts commands of its
+    own with `[sys.executable, "-m", "bertjax...", ...]` (the benchmarks): the script is forked,
+    and so is each such command, from the same server (tests/forwarding_python is its
+    sys.executable); anything else it starts that way runs the real interpreter. What differs from
+    real processes: a command is the server's child, not the script's, so the CPU time the script
+    reads of its children (RUSAGE_CHILDREN) leaves the command's out."""
+    env = dict(os.environ if env is None else env)
+    server = _server_for(env)
+    if server is None:
+        return subprocess.run([sys.executable, path, *args], env=env, **kwargs)
+    env.update(PRELOADED_FORWARDER=FORWARDER, PRELOADED_SOCKET=server.path,
+               PRELOADED_PYTHON=sys.executable)
+    return run([sys.executable, "-c", _SCRIPT, path, *args], env=env, **kwargs)
+
+
+def forward(args: list) -> None:
+    """The forwarder (`forwarding_python ARGS`): `-m bertjax...` forked from the server at
+    PRELOADED_SOCKET, its stdin, stdout and stderr this process's, its exit status (or signal)
+    made this process's; anything else replaced by the real interpreter."""
+    python = os.environ["PRELOADED_PYTHON"]
+    if not (len(args) > 1 and args[0] == "-m" and args[1].startswith("bertjax")):
+        os.execv(python, [python, *args])
+    connection, pid = _start(os.environ["PRELOADED_SOCKET"], args, dict(os.environ),
+                             os.getcwd(), [0, 1, 2])
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, lambda received, frame: os.kill(pid, received))
+    code = os.waitstatus_to_exitcode(int(connection.recv(64)))
+    if code < 0:
+        if -code in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(-code, signal.SIG_DFL)  # this process's handler forwards it
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    forward(sys.argv[1:])

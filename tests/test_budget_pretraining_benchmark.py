@@ -4,12 +4,12 @@ convert, each fine-tuned from alike (and from random init) on two task kinds, th
 table, the goals and the PNG; and its baselines checked on data whose answer is known."""
 
 import os
-import subprocess
 import sys
 
 import numpy as np
 import scipy.sparse
 
+import preloaded_python
 from pretrain_runs import REPO, child_env
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
@@ -18,14 +18,14 @@ import budget_baselines  # noqa: E402
 
 def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     workdir = tmp_path / "bench"
-    done = subprocess.run(
-        [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
-         "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
-         "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
-         "--max-eval-examples", "64", "--epochs", "1", "--jobs", "2", "--data-workers", "0",
-         "--prepared",
-         small_corpus_dir,
-         "--workdir", str(workdir)],
+    done = preloaded_python.run_script(
+        "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
+        "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
+        "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
+        "--max-eval-examples", "64", "--epochs", "1", "--jobs", "2", "--data-workers", "0",
+        "--prepared",
+        small_corpus_dir,
+        "--workdir", str(workdir),
         cwd=REPO, env=child_env(BERTJAX_CACHE=os.environ["BERTJAX_CACHE"]),
         capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -41,12 +41,12 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     assert "at equal wall time bertjax" in done.stdout and "in half the time" in done.stdout
     assert (workdir / "budget_pretraining.png").stat().st_size > 10_000
     # A rerun finds every result on disk: nothing is trained again.
-    again = subprocess.run(
-        [sys.executable, "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
-         "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
-         "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
-         "--max-eval-examples", "64", "--epochs", "1", "--data-workers", "0", "--prepared",
-         small_corpus_dir, "--workdir", str(workdir)],
+    again = preloaded_python.run_script(
+        "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
+        "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
+        "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
+        "--max-eval-examples", "64", "--epochs", "1", "--data-workers", "0", "--prepared",
+        small_corpus_dir, "--workdir", str(workdir),
         cwd=REPO, env=child_env(BERTJAX_CACHE=os.environ["BERTJAX_CACHE"]),
         capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "$ -m bertjax.main" not in again.stderr
@@ -56,9 +56,9 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
 def test_bad_arguments_are_refused_in_one_line(tmp_path):
     for bad in (["--points", "0.3,1"], ["--points", "0.5"], ["--tasks", "poetry"],
                 ["--minutes", "0"], ["--peer-points", "half"], ["--data-workers", "-2"]):
-        done = subprocess.run([sys.executable, "benchmarks/budget_pretraining.py", *bad,
-                               "--workdir", str(tmp_path / "w")], cwd=REPO, env=child_env(),
-                              capture_output=True, text=True, timeout=120)
+        done = preloaded_python.run_script(
+            "benchmarks/budget_pretraining.py", *bad, "--workdir", str(tmp_path / "w"),
+            cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, bad
 
 
@@ -87,11 +87,11 @@ def test_entities_and_the_word_tag_rule():
 
 
 def test_the_recipe_variants_run_end_to_end(tmp_path, small_corpus_dir):
-    done = subprocess.run(
-        [sys.executable, "benchmarks/budget_recipe.py", "--minutes", "0.05", "--variants",
-         "tiny", "--prepared", small_corpus_dir, "--max-train-examples", "48",
-         "--max-eval-examples", "64", "--epochs", "1", "--data-workers", "0",
-         "--workdir", str(tmp_path / "recipe")],
+    done = preloaded_python.run_script(
+        "benchmarks/budget_recipe.py", "--minutes", "0.05", "--variants",
+        "tiny", "--prepared", small_corpus_dir, "--max-train-examples", "48",
+        "--max-eval-examples", "64", "--epochs", "1", "--data-workers", "0",
+        "--workdir", str(tmp_path / "recipe"),
         cwd=REPO, env=child_env(BERTJAX_CACHE=os.environ["BERTJAX_CACHE"]),
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

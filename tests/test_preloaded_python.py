@@ -92,3 +92,43 @@ def test_an_environment_read_while_importing_gets_a_server_of_its_own(monkeypatc
     assert len(preloaded_python._servers) == 2
     for server in preloaded_python._servers.values():
         server.close()
+
+
+# A config file is code `python -m bertjax.main` runs: this one says whether its process was
+# forked from the server (the server's command line) or started, then ends the process as asked.
+PROBE_CONFIG = """
+import os, signal, sys
+def get_config():
+    with open("/proc/self/cmdline", "rb") as f:
+        print("forked" if b"preloaded_server.py" in f.read() else "started", flush=True)
+    if os.environ.get("PROBE_END") == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(int(os.environ.get("PROBE_END", "0")))
+"""
+
+FORWARDING_SCRIPT = """
+import os, subprocess, sys
+probe, workdir = sys.argv[1:]
+for end in ("0", "4", "kill"):
+    command = subprocess.run([sys.executable, "-m", "bertjax.main", f"--config={probe}",
+                              f"--workdir={workdir}"], env=dict(os.environ, PROBE_END=end),
+                             capture_output=True, text=True)
+    print(command.returncode, command.stdout.strip())
+other = subprocess.run([sys.executable, "-c", "import sys; print(sys.executable)"],
+                       capture_output=True, text=True)
+print(other.stdout.strip())
+sys.exit(5)
+"""
+
+
+def test_a_forked_scripts_bertjax_commands_are_forked_and_answer_as_processes(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE_CONFIG)
+    (tmp_path / "script.py").write_text(FORWARDING_SCRIPT)
+    done = preloaded_python.run_script(
+        str(tmp_path / "script.py"), str(tmp_path / "probe.py"), str(tmp_path / "wd"),
+        cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 5, done.stderr
+    # Each command forked, its exit status or signal the script's child's; anything else started
+    # by the real interpreter, which the script's sys.executable is not.
+    assert done.stdout.splitlines() == ["0 forked", "4 forked", f"{-signal.SIGKILL} forked",
+                                        sys.executable], done.stderr
