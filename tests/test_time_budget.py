@@ -83,12 +83,13 @@ def test_checkpoints_every_so_many_minutes_count_on_after_a_resume():
     assert fired == [2]  # 180 s, the first multiple after the 150 s already spent
 
 
-BUDGET_S = 20.0  # compiling counts against it: step 20 came 2.6 s in (warm cache), 600 steps in all
+# Compiling counts against it: step 20 came 2.6 s in (warm cache), 600 steps in 20 s.
+BUDGET_S = 14.0
 
 
 def _budget_args(workdir, corpus_dir, **overrides):
     settings = {"train.time_budget_minutes": BUDGET_S / 60, "train.steps": 1_000_000,
-                "train.checkpoint_every": 1_000_000, "train.checkpoint_every_minutes": 0.1,
+                "train.checkpoint_every": 1_000_000, "train.checkpoint_every_minutes": 0.07,
                 "train.keep_checkpoints": 0, "train.log_every": 20, "train.eval_every": 1_000_000,
                 "schedule.long_fraction": 0.0, "optimizer.warmup_steps": 100_000,
                 "optimizer.learning_rate": 1e-3,
@@ -118,7 +119,7 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
     assert any(r["step"] == last and "eval_mlm_loss" in r for r in records)
     steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
                    if d.isdigit())
-    assert steps[-1] == last and len(steps) >= 2  # every 6 s, then the last step
+    assert steps[-1] == last and len(steps) >= 2  # every 4.2 s, then the last step
     # The warmup is 10% of train.steps, so 10% of the budget: the rate follows the clock (by the
     # step count, 100,000 steps of warmup would keep it near 0 for the whole run).
     schedule = make_schedule(OptimizerConfig(learning_rate=1e-3, warmup_steps=100_000,
@@ -133,7 +134,11 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
         assert rates.min() - 1e-5 <= record["learning_rate"] <= rates.max() + 1e-5, (
             previous_s, record)
         previous_s = record["budget_spent_s"]
-    assert len(train) < 2 or max(r["learning_rate"] for r in train) > 2e-4
+    # By the step count the rate would be 1e-3 * step / 100,000 (under 1e-5 at any step here); by
+    # the clock it is over 2e-4 from the first 0.3 s to 80% of the budget. A record that early
+    # must show it. (On a loaded machine there may be none: the bounds above still hold.)
+    early = [r for r in train if r["budget_spent_s"] < 0.8 * BUDGET_S]
+    assert all(r["learning_rate"] > 10 * 1e-3 * r["step"] / 100_000 for r in early), early
     assert train[-1]["learning_rate"] < 1e-4
 
 
