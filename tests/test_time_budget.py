@@ -134,11 +134,11 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
         assert rates.min() - 1e-5 <= record["learning_rate"] <= rates.max() + 1e-5, (
             previous_s, record)
         previous_s = record["budget_spent_s"]
-    # By the step count the rate would be 1e-3 * step / 100,000 (under 1e-5 at any step here); by
-    # the clock it is over 2e-4 from the first 0.3 s to 80% of the budget. A record that early
-    # must show it. (On a loaded machine there may be none: the bounds above still hold.)
+    # By the step count the rate would be schedule(step) (under 1e-5 at any step here); by the
+    # clock it is over 2e-4 from the first 0.3 s to 80% of the budget. A record that early must
+    # show it. (On a loaded machine there may be none: the bounds above still hold.)
     early = [r for r in train if r["budget_spent_s"] < 0.8 * BUDGET_S]
-    assert all(r["learning_rate"] > 10 * 1e-3 * r["step"] / 100_000 for r in early), early
+    assert all(r["learning_rate"] > 10 * float(schedule(r["step"])) for r in early), early
     assert train[-1]["learning_rate"] < 1e-4
 
 
