@@ -15,6 +15,7 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh
 
@@ -30,12 +31,13 @@ class TrainState:
 
 
 def _init_fn(model: nn.Module, optimizer: optax.GradientTransformation,
-             example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct],
-             seed: int) -> Callable[[], TrainState]:
-    """A no-argument function building the state, its parameters in their logical-axis boxes."""
+             example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct]
+             ) -> Callable[[jax.Array], TrainState]:
+    """A function of the seed's PRNG key building the state, its parameters in their
+    logical-axis boxes."""
 
-    def init() -> TrainState:
-        params_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(seed))
+    def init(seed_key: jax.Array) -> TrainState:
+        params_rng, dropout_rng = jax.random.split(seed_key)
         batch = {key: jnp.zeros(spec.shape, spec.dtype)
                  for key, spec in example_batch_shapes.items()}
         # Traced without the mesh: `out_shardings` alone places the parameters (the forward
@@ -75,8 +77,12 @@ class StatePlan:
     def __init__(self, model: nn.Module, optimizer: optax.GradientTransformation,
                  example_batch_shapes: Mapping[str, jax.ShapeDtypeStruct], mesh: Mesh,
                  seed: int = 0):
-        self._init = _init_fn(model, optimizer, example_batch_shapes, seed)
-        boxed = jax.eval_shape(self._init)
+        self._init = _init_fn(model, optimizer, example_batch_shapes)
+        # The key is an argument, not a constant of the program: runs that differ only in their
+        # seed (restarts, a benchmark's seeds) compile one initialization between them.
+        self._key = np.asarray(jax.random.PRNGKey(seed))
+        self._replicated = partitioning.replicated(mesh)
+        boxed = jax.eval_shape(self._init, jax.ShapeDtypeStruct(self._key.shape, self._key.dtype))
         self.shardings = _state_shardings(boxed, optimizer, mesh)
         # The shardings laid over the boxed tree: a box is a pytree node over its value.
         self._boxed_shardings = jax.tree.unflatten(jax.tree.structure(boxed),
@@ -88,7 +94,8 @@ class StatePlan:
 
     def create(self) -> TrainState:
         """A freshly initialized state whose arrays are created directly in their shardings."""
-        state = jax.jit(self._init, out_shardings=self._boxed_shardings)()
+        state = jax.jit(self._init, in_shardings=self._replicated,
+                        out_shardings=self._boxed_shardings)(self._key)
         return state.replace(params=nn.meta.unbox(state.params))
 
 
