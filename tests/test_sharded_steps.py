@@ -18,7 +18,7 @@ from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import partitioning
 from bertjax.parallel.mesh import make_mesh, resolve_axis_sizes
 from bertjax.train.optimizer import OptimizerConfig, make_optimizer
-from bertjax.train.state import abstract_train_state, create_train_state
+from bertjax.train.state import StatePlan, abstract_train_state, create_train_state
 from bertjax.train.step import make_train_step
 
 B, L, PRED, V, STEPS = 8, 32, 6, 512, 2
@@ -163,6 +163,18 @@ def test_bf16_compute_keeps_fp32_master_parameters_and_stays_close(single):
     # about 4e-3: fp32 masters keep values a bf16 copy could not hold.
     scale = np.asarray(run["final"].params["encoder"]["layers"]["output_norm"]["scale"])
     assert np.any(scale != scale.astype(jnp.bfloat16).astype(np.float32))
+
+
+def test_seeds_share_one_initialization_program_and_give_different_parameters():
+    """The seed's key is an argument of the compiled initialization, not a constant: restarts
+    and a benchmark's seeds compile it once between them."""
+    mesh = make_mesh(2, 2, 2)
+    shapes = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in _batch().items()}
+    plans = [StatePlan(_model(), make_optimizer(OPTIMIZER), shapes, mesh, seed) for seed in (0, 1)]
+    assert plans[0].init_program().as_text() == plans[1].init_program().as_text()
+    first, second = (jax.device_get(plan.create().params) for plan in plans)
+    assert all(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(first),
+                                                        jax.tree.leaves(second)) if np.std(a) > 0)
 
 
 def test_process_batch_slice_of_one_process_is_the_whole_batch():

@@ -92,10 +92,15 @@ class StatePlan:
                                                         sharding=sharding),
             boxed.replace(params=nn.meta.unbox(boxed.params)), self.shardings)
 
+    def init_program(self) -> jax.stages.Lowered:
+        """The initialization, lowered for these shapes and shardings: one program whatever the
+        seed."""
+        return jax.jit(self._init, in_shardings=self._replicated,
+                       out_shardings=self._boxed_shardings).lower(self._key)
+
     def create(self) -> TrainState:
         """A freshly initialized state whose arrays are created directly in their shardings."""
-        state = jax.jit(self._init, in_shardings=self._replicated,
-                        out_shardings=self._boxed_shardings)(self._key)
+        state = self.init_program().compile()(self._key)
         return state.replace(params=nn.meta.unbox(state.params))
 
 
