@@ -36,7 +36,11 @@ FORWARDING_VARIABLES = ("PRELOADED_FORWARDER", "PRELOADED_SOCKET", "PRELOADED_PY
 RUN_TIME_VARIABLES = ("XLA_FLAGS", "PYTEST_CURRENT_TEST", "KILL_AFTER_CHECKPOINT",
                       "STOP_PID_AFTER_CHECKPOINT", "SIGTERM_DURING_COMPILE",
                       "STORAGE_EMULATOR_HOST", "BERTJAX_CACHE", "BERTJAX_STORAGE_TIMEOUT",
-                      *FORWARDING_VARIABLES)
+                      # a process of a multi-process job (bertjax.parallel.distributed) and
+                      # test_multihost's hooks
+                      "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+                      "JAX_LOCAL_DEVICE_IDS", "HOLD_AFTER_CHECKPOINT", "SIGTERM_AFTER_STEP",
+                      "MARKER_DIR", *FORWARDING_VARIABLES)
 MAX_SERVERS = 3
 START_SECONDS = 120
 

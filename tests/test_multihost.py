@@ -30,12 +30,16 @@ from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.parallel import distributed
 from bertjax.train.metrics_log import read_metrics
+import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
+# What makes a process one of a job (bertjax.parallel.distributed): set per process by the tests.
+JOB_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+                 "JAX_LOCAL_DEVICE_IDS")
 # The least XLA:CPU compile work (pretrain_runs.CHILD_XLA_FLAGS): compiling dominates these runs.
 # Every run here uses the same flags (the device count aside).
 FAST_FLAGS = CHILD_XLA_FLAGS
@@ -92,28 +96,32 @@ def free_port():
         return s.getsockname()[1]
 
 
-def base_env(cache_dir, **extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "SLURM_"))}
-    env.update(XLA_FLAGS=FAST_FLAGS, JAX_COMPILATION_CACHE_DIR=cache_dir,
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+def base_env(**extra):
+    """The suite's environment (its compilation cache among it) less any multi-process
+    settings a scheduler left there, plus `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") and k not in JOB_VARIABLES}
+    env.update(XLA_FLAGS=FAST_FLAGS)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
 
 def start(args, env, log_path):
-    log = open(log_path, "w")
-    return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, cwd=REPO,
-                            stdout=log, stderr=subprocess.STDOUT)
+    """A process of the job, forked from a preloaded interpreter (tests/preloaded_python.py):
+    what is tested is the processes joining, not an interpreter starting (launch/local.sh below
+    starts real ones)."""
+    with open(log_path, "w") as log:
+        return preloaded_python.popen([sys.executable, "-c", CHILD, *args], env=env, cwd=REPO,
+                                      stdout=log, stderr=subprocess.STDOUT)
 
 
-def start_pair(args, cache_dir, logs, **per_process):
+def start_pair(args, logs, **per_process):
     """Processes 0 and 1 of a 2-process job, 4 CPU devices each; per_process[k] = (v0, v1)."""
     port = free_port()
     procs = []
     for i in (0, 1):
         extra = {k: v[i] for k, v in per_process.items() if v[i] is not None}
-        env = base_env(cache_dir, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+        env = base_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
                        JAX_NUM_PROCESSES=2, JAX_PROCESS_ID=i, **extra)
         env["XLA_FLAGS"] += " --xla_force_host_platform_device_count=4"
         procs.append(start(args, env, logs[i]))
@@ -141,11 +149,10 @@ def logged(workdir):
 
 def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process(
         tmp_path, small_corpus_dir):
-    cache = str(tmp_path / "xla-cache")
     reference_dir, workdir = str(tmp_path / "one-process"), str(tmp_path / "two-processes")
     logs = [str(tmp_path / f"process-{i}.log") for i in (0, 1)]
     # The reference runs alongside: one process, 8 devices, the same (2, 2, 2) mesh.
-    reference_env = base_env(cache)
+    reference_env = base_env()
     reference_env["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
     reference = start(job_args(reference_dir, small_corpus_dir), reference_env,
                       str(tmp_path / "reference.log"))
@@ -154,7 +161,7 @@ def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process
         # 1. Both processes park after the checkpoint of step 2 and are SIGKILLed there.
         markers = tmp_path / "markers"
         markers.mkdir()
-        procs = start_pair(args, cache, logs, HOLD_AFTER_CHECKPOINT=(2, 2),
+        procs = start_pair(args, logs, HOLD_AFTER_CHECKPOINT=(2, 2),
                            MARKER_DIR=(str(markers), str(markers)))
         deadline = time.time() + 300
         while len(os.listdir(markers)) < 2:
@@ -172,7 +179,7 @@ def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process
 
         # 2. Resumed; only process 1 gets SIGTERM (after step 3): both stop at one agreed step,
         # checkpoint it together and exit 0, instead of process 0 waiting forever for the other.
-        procs = start_pair(args, cache, logs, SIGTERM_AFTER_STEP=(None, 3))
+        procs = start_pair(args, logs, SIGTERM_AFTER_STEP=(None, 3))
         codes, outputs = finish(procs, logs)
         assert codes == [0, 0], [out[-3000:] for out in outputs]
         assert "resuming from step 2" in outputs[0]
@@ -182,7 +189,7 @@ def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process
         assert 3 <= agreed < STEPS and saved_steps(workdir)[-1] == agreed
 
         # 3. To the end, started the way a person would: launch/local.sh with 2 processes.
-        local_env = base_env(cache)
+        local_env = base_env()
         result = subprocess.run(
             ["bash", os.path.join(REPO, "launch", "local.sh"), "--processes=2", "--cpu-devices=4",
              f"--port={free_port()}", f"--python={sys.executable}", "--", *args],
@@ -333,9 +340,9 @@ def test_per_process_problems_stop_every_process_with_the_same_message(tmp_path,
     port = free_port()
     procs = []
     for i in (0, 1):
-        env = base_env(str(tmp_path / "xla-cache"), JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                       JAX_NUM_PROCESSES=2, JAX_PROCESS_ID=i)
-        procs.append(subprocess.Popen(
+        env = base_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=2,
+                       JAX_PROCESS_ID=i)
+        procs.append(preloaded_python.popen(
             [sys.executable, "-c", THREE_REFUSALS, str(tmp_path), text,
              f"--config={REPO}/configs/tiny.py", "--config.data.vocab_size=1000"],
             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
