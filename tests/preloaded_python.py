@@ -32,6 +32,9 @@ SERVER = os.path.join(HERE, "preloaded_server.py")
 # A forked script's sys.executable (run_script), with these variables set for it.
 FORWARDER = os.path.join(HERE, "forwarding_python")
 FORWARDING_VARIABLES = ("PRELOADED_FORWARDER", "PRELOADED_SOCKET", "PRELOADED_PYTHON")
+# Run first by an interpreter given forwarding()'s environment: its sys.executable is then the
+# forwarder.
+FORWARDER_SETUP = "import os, sys; sys.executable = os.environ['PRELOADED_FORWARDER']"
 # Read by a child after its imports, never while importing (XLA_FLAGS when the backend starts).
 RUN_TIME_VARIABLES = ("XLA_FLAGS", "PYTEST_CURRENT_TEST", "KILL_AFTER_CHECKPOINT",
                       "STOP_PID_AFTER_CHECKPOINT", "SIGTERM_DURING_COMPILE",
@@ -40,7 +43,10 @@ RUN_TIME_VARIABLES = ("XLA_FLAGS", "PYTEST_CURRENT_TEST", "KILL_AFTER_CHECKPOINT
                       # test_multihost's hooks
                       "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
                       "JAX_LOCAL_DEVICE_IDS", "HOLD_AFTER_CHECKPOINT", "SIGTERM_AFTER_STEP",
-                      "MARKER_DIR", *FORWARDING_VARIABLES)
+                      "MARKER_DIR",
+                      # read by launch/colab_tpu.ipynb's cells and Jupyter (test_notebook)
+                      "BERTJAX_NOTEBOOK_QUICK", "BERTJAX_NOTEBOOK_WORKDIR", "JUPYTER_PATH",
+                      *FORWARDING_VARIABLES)
 MAX_SERVERS = 3
 START_SECONDS = 120
 
@@ -246,7 +252,7 @@ def run(args, *, env=None, cwd=None, capture_output=False, text=False, timeout=N
 # `python PATH ARGS...` in a forked child: the script's directory first on sys.path, as the
 # interpreter puts it, and sys.executable the forwarder.
 _SCRIPT = ("import os, runpy, sys\n"
-           "sys.executable = os.environ['PRELOADED_FORWARDER']\n"
+           f"{FORWARDER_SETUP}\n"
            "sys.argv = sys.argv[1:]\n"
            "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
@@ -259,13 +265,22 @@ def run_script(path: str, *args, env=None, **kwargs) -> subprocess.CompletedProc
     sys.executable); anything else it starts that way runs the real interpreter. What differs from
     real processes: a command is the server's child, not the script's, so the CPU time the script
     reads of its children (RUSAGE_CHILDREN) leaves the command's out."""
-    env = dict(os.environ if env is None else env)
+    env = forwarding(dict(os.environ if env is None else env))
+    if "PRELOADED_FORWARDER" not in env:
+        return subprocess.run([sys.executable, path, *args], env=env, **kwargs)
+    return run([sys.executable, "-c", _SCRIPT, path, *args], env=env, **kwargs)
+
+
+def forwarding(env: dict) -> dict:
+    """`env` plus what a process started with it needs to start its `python -m bertjax...`
+    commands forked (the forwarder, as its sys.executable: `FORWARDER_SETUP`); `env` as it is
+    where no server can be had."""
     server = _server_for(env)
     if server is None:
-        return subprocess.run([sys.executable, path, *args], env=env, **kwargs)
-    env.update(PRELOADED_FORWARDER=FORWARDER, PRELOADED_SOCKET=server.path,
-               PRELOADED_PYTHON=sys.executable)
-    return run([sys.executable, "-c", _SCRIPT, path, *args], env=env, **kwargs)
+        return env
+    return {**env, "PRELOADED_FORWARDER": FORWARDER, "PRELOADED_SOCKET": server.path,
+            "PRELOADED_PYTHON": sys.executable}
+
 
 
 def forward(args: list) -> None:
