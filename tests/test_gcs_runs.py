@@ -112,14 +112,14 @@ def test_a_storage_server_that_stops_answering_mid_save(gcs, gcs_bucket, bucket_
         frozen = preloaded_python.run(
             [sys.executable, "-c", CHILD, *args], cwd=REPO, capture_output=True, text=True,
             timeout=280, env=child_env(STOP_PID_AFTER_CHECKPOINT=f"{gcs.proc.pid}:3",
-                                       BERTJAX_STORAGE_TIMEOUT="10"))
+                                       BERTJAX_STORAGE_TIMEOUT="5"))
     finally:
         gcs.resume()
     assert time.monotonic() - started < 240
     assert frozen.returncode == 2, frozen.stderr[-3000:]
     assert "Traceback" not in frozen.stderr and frozen.stderr.count("bertjax: error:") == 1
     error = frozen.stderr.strip().splitlines()[-1]
-    assert error.startswith("bertjax: error:") and "did not answer within 10s" in error, error
+    assert error.startswith("bertjax: error:") and "did not answer within 5s" in error, error
     assert "checkpoint 6 was not saved, checkpoint 3 stays restorable" in error, error
     assert loading.checkpoint_steps(workdir) == [3]
     # The frozen run's lease: deleted by its last request once the server answers again, or
