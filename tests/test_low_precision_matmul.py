@@ -17,6 +17,7 @@ from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
 from bertjax.train.metrics_log import read_metrics
 from pretrain_runs import tiny_args
+import run_devices
 
 BF16 = "bfloat16"
 
@@ -149,12 +150,12 @@ def test_the_encoders_gradients_are_autodiffs(monkeypatch):
 
 
 def test_a_pretraining_run_with_bf16_products_learns(tmp_path, small_corpus_dir):
-    """configs/platform.py:cpu_bf16's model settings through the real job (8 data-parallel
-    devices in the test process), across the length switch."""
+    """configs/platform.py:cpu_bf16's model settings through the real job (data parallel over
+    two of the test process's devices: tests/run_devices.py), across the length switch."""
     workdir = str(tmp_path / "run")
     argv = tiny_args(workdir, small_corpus_dir, **{
         "model.matmul_dtype": "bfloat16", "model.scan_layers": False,
-        "optimizer.learning_rate": 2e-3})
+        "optimizer.learning_rate": 2e-3, **run_devices.IN_A_WORKER})
     assert main.main(argv) == 0
     train = [r for r in read_metrics(workdir) if "loss" in r]
     assert [r["seq_len"] for r in train] == [32] * 8 + [64] * 4
