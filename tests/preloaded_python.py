@@ -35,15 +35,15 @@ FORWARDING_VARIABLES = ("PRELOADED_FORWARDER", "PRELOADED_SOCKET", "PRELOADED_PY
 # Run first by an interpreter given forwarding()'s environment: its sys.executable is then the
 # forwarder.
 FORWARDER_SETUP = "import os, sys; sys.executable = os.environ['PRELOADED_FORWARDER']"
+# What makes a process one of a multi-process job (bertjax.parallel.distributed).
+JOB_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+                 "JAX_LOCAL_DEVICE_IDS")
 # Read by a child after its imports, never while importing (XLA_FLAGS when the backend starts).
 RUN_TIME_VARIABLES = ("XLA_FLAGS", "PYTEST_CURRENT_TEST", "KILL_AFTER_CHECKPOINT",
                       "STOP_PID_AFTER_CHECKPOINT", "SIGTERM_DURING_COMPILE",
                       "STORAGE_EMULATOR_HOST", "BERTJAX_CACHE", "BERTJAX_STORAGE_TIMEOUT",
-                      # a process of a multi-process job (bertjax.parallel.distributed) and
-                      # test_multihost's hooks
-                      "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-                      "JAX_LOCAL_DEVICE_IDS", "HOLD_AFTER_CHECKPOINT", "SIGTERM_AFTER_STEP",
-                      "MARKER_DIR",
+                      *JOB_VARIABLES, "HOLD_AFTER_CHECKPOINT", "SIGTERM_AFTER_STEP",
+                      "MARKER_DIR",  # test_multihost's hooks
                       # read by launch/colab_tpu.ipynb's cells and Jupyter (test_notebook)
                       "BERTJAX_NOTEBOOK_QUICK", "BERTJAX_NOTEBOOK_WORKDIR", "JUPYTER_PATH",
                       *FORWARDING_VARIABLES)
@@ -280,7 +280,6 @@ def forwarding(env: dict) -> dict:
         return env
     return {**env, "PRELOADED_FORWARDER": FORWARDER, "PRELOADED_SOCKET": server.path,
             "PRELOADED_PYTHON": sys.executable}
-
 
 
 def forward(args: list) -> None:

@@ -37,9 +37,6 @@ from trees import flat
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
-# What makes a process one of a job (bertjax.parallel.distributed): set per process by the tests.
-JOB_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-                 "JAX_LOCAL_DEVICE_IDS")
 # The least XLA:CPU compile work (pretrain_runs.CHILD_XLA_FLAGS): compiling dominates these runs.
 # Every run here uses the same flags (the device count aside).
 FAST_FLAGS = CHILD_XLA_FLAGS
@@ -100,7 +97,7 @@ def base_env(**extra):
     """The suite's environment (its compilation cache among it) less any multi-process
     settings a scheduler left there, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SLURM_") and k not in JOB_VARIABLES}
+           if not k.startswith("SLURM_") and k not in preloaded_python.JOB_VARIABLES}
     env.update(XLA_FLAGS=FAST_FLAGS)
     env.update({k: str(v) for k, v in extra.items()})
     return env
