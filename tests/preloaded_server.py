@@ -9,8 +9,9 @@ request is one connection (a SOCK_SEQPACKET socket): the request's JSON (argv af
 interpreter, env, cwd) with the child's stdin, stdout and stderr as passed descriptors. The server
 answers the child's pid, and, once it has reaped the child, its wait status.
 
-The server imports nothing but these and starts no backend (no XLA client, no devices): a child
-creates its own, reading its XLA_FLAGS then, as a fresh interpreter does. It never runs threads of
+The server imports nothing but these (and the modules bertjax defers, DEFERRED) and starts no
+backend (no XLA client, no devices): a child creates its own, reading its XLA_FLAGS then, as a
+fresh interpreter does. It never runs threads of
 its own; OpenBLAS's (started by numpy) re-creates its pool in a forked child.
 """
 
@@ -53,9 +54,26 @@ def preload() -> tuple:
             target = SHIM.search(source.read())
         if target:
             programs[program] = target.group(1)
+    preload_deferred()
     gc.collect()
     gc.freeze()  # what the imports made is never freed: no child's collector need scan it
     return {k: v for k, v in os.environ.items() if before.get(k) != v}, programs
+
+
+# What a child would otherwise import after the fork, each time: py-spy over a fresh suite found 48 s
+# of its children's CPU in imports, 16 s of it tensorboardX's (which every training run imports,
+# with torch hidden) and 2.5 s the MLIR dialect JAX loads at its first lowering. Each costs a
+# server once (0.42 s and 0.015 s here). The others found (the bucket backend 6 s, scipy for the
+# budget baselines 5 s, pyplot 3 s) are imported by so few children that preloading them in each
+# of the suite's servers (about 0.45 s each) would save little.
+DEFERRED = ("jaxlib.mlir.dialects.mhlo",)
+
+
+def preload_deferred() -> None:
+    # tensorboardX as a run imports it
+    importlib.import_module("bertjax.train.metrics_log")._summary_writer_class()
+    for name in DEFERRED:
+        importlib.import_module(name)
 
 
 def standard_streams() -> None:
