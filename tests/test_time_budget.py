@@ -124,16 +124,20 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
     # step count, 100,000 steps of warmup would keep it near 0 for the whole run).
     schedule = make_schedule(OptimizerConfig(learning_rate=1e-3, warmup_steps=100_000,
                                              total_steps=1_000_000))
-    # A record's rate is its last step's, set when the host dispatched that step; the record's
-    # clock is read once the step has run. The host runs ahead of the device (on a loaded machine
-    # by seconds), so the rate was set at some time after the previous record and before this one.
-    previous_s = 0.0
+    # A record's rate is its last step's, set when the host dispatched that step, after the
+    # hooks of the step before. The record's clock is read once the step has run, and the logging
+    # hook writes a record one step late (at the next step's hooks: the host runs ahead of the
+    # device, on a loaded machine by seconds). So the rate was set before this record's clock and
+    # after that of the last record at least two steps earlier: a final record one step after
+    # the last regular one (steps 40 and 41) was dispatched before step 40's clock was read.
+    clocks = []  # (step, budget_spent_s) of the records so far
     for record in train:
-        spent = np.linspace(previous_s, record["budget_spent_s"], 201)
+        before = [seconds for step, seconds in clocks if step <= record["step"] - 2]
+        spent = np.linspace(before[-1] if before else 0.0, record["budget_spent_s"], 201)
         rates = np.asarray(schedule(np.minimum(spent / BUDGET_S, 1.0) * 1_000_000))
         assert rates.min() - 1e-5 <= record["learning_rate"] <= rates.max() + 1e-5, (
-            previous_s, record)
-        previous_s = record["budget_spent_s"]
+            clocks, record)
+        clocks.append((record["step"], record["budget_spent_s"]))
     # By the step count the rate would be schedule(step) (under 1e-5 at any step here); by the
     # clock it is over 2e-4 from the first 0.3 s to 80% of the budget. A record that early must
     # show it. (On a loaded machine there may be none: the bounds above still hold.)
