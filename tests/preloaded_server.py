@@ -9,10 +9,10 @@ request is one connection (a SOCK_SEQPACKET socket): the request's JSON (argv af
 interpreter, env, cwd) with the child's stdin, stdout and stderr as passed descriptors. The server
 answers the child's pid, and, once it has reaped the child, its wait status.
 
-The server imports nothing but these (and the modules bertjax defers, DEFERRED) and starts no
-backend (no XLA client, no devices): a child creates its own, reading its XLA_FLAGS then, as a
-fresh interpreter does. It never runs threads of
-its own; OpenBLAS's (started by numpy) re-creates its pool in a forked child.
+The server imports nothing but these (and two modules bertjax defers, preload_deferred) and
+starts no backend (no XLA client, no devices): a child creates its own, reading its XLA_FLAGS
+then, as a fresh interpreter does. It never runs threads of its own; OpenBLAS's (started by
+numpy) re-creates its pool in a forked child.
 """
 
 import atexit
@@ -60,20 +60,15 @@ def preload() -> tuple:
     return {k: v for k, v in os.environ.items() if before.get(k) != v}, programs
 
 
-# What a child would otherwise import after the fork, each time: py-spy over a fresh suite found 48 s
-# of its children's CPU in imports, 16 s of it tensorboardX's (which every training run imports,
-# with torch hidden) and 2.5 s the MLIR dialect JAX loads at its first lowering. Each costs a
-# server once (0.42 s and 0.015 s here). The others found (the bucket backend 6 s, scipy for the
-# budget baselines 5 s, pyplot 3 s) are imported by so few children that preloading them in each
-# of the suite's servers (about 0.45 s each) would save little.
-DEFERRED = ("jaxlib.mlir.dialects.mhlo",)
-
-
 def preload_deferred() -> None:
-    # tensorboardX as a run imports it
+    """What a child would otherwise import after the fork, each time. py-spy over a fresh suite
+    found 48 s of the children's CPU in such imports: 16 s tensorboardX (every training run
+    imports it, torch hidden) and 2.5 s the MLIR dialect JAX loads at its first lowering, 0.42 s
+    and 0.015 s a server here. The others (the bucket backend 6 s, scipy 5 s, pyplot 3 s) are
+    imported by so few children that preloading them in every server (about 0.45 s each) would
+    save little."""
     importlib.import_module("bertjax.train.metrics_log")._summary_writer_class()
-    for name in DEFERRED:
-        importlib.import_module(name)
+    importlib.import_module("jaxlib.mlir.dialects.mhlo")
 
 
 def standard_streams() -> None:
