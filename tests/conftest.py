@@ -45,7 +45,6 @@ import pytest  # noqa: E402
 
 from bertjax.core import packaged, storage  # noqa: E402
 import compile_effort  # noqa: E402
-import suite_schedule  # noqa: E402
 from worker_shared import built_once  # noqa: E402
 
 compile_effort.set_default()
@@ -56,19 +55,6 @@ def pytest_runtest_protocol(item, nextitem):
     """Each test (its fixtures' set-up included) compiles optimized only when marked so."""
     with compile_effort.compiled(item.get_closest_marker(compile_effort.MARK) is not None):
         return (yield)
-
-
-def pytest_collection_modifyitems(items):
-    suite_schedule.longest_first(items)
-
-
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_sessionfinish(session):
-    """Outermost: an xdist worker's last report has been sent when this resumes."""
-    result = yield
-    if hasattr(session.config, "workerinput"):  # an xdist worker (not a pytest a test started)
-        suite_schedule.end_worker_at_once()
-    return result
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 
-import preloaded_python
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,8 +33,6 @@ SHORT = {"train.steps": 6, "train.checkpoint_every": 3, "train.eval_every": 0,
 # checkpoint of step N is on disk, a crash at an exactly known point.
 CHILD = textwrap.dedent("""
     import os, signal, sys
-    from bertjax.core import startup_collection
-    startup_collection.hold_during_imports()  # as `python -m bertjax.main` starts
     from bertjax.train import checkpoint
     kill_at = int(os.environ.get("KILL_AFTER_CHECKPOINT", "0"))
     # "PID:N": once checkpoint N is complete, SIGSTOP process PID (a storage server that stops
@@ -53,7 +50,6 @@ CHILD = textwrap.dedent("""
         return result
     checkpoint.Checkpointer.save = save_then_maybe_die
     if os.environ.get("SIGTERM_DURING_COMPILE"):
-        # The run's own name for it: the module may be imported already (preloaded_python.py).
         from bertjax.jobs import pretrain_run
         compile_step = pretrain_run.compile_step
         def compile_after_a_sigterm(*args, **kwargs):
@@ -81,14 +77,13 @@ def child_env(**extra):
 
 
 def run_child(args, **env):
-    return preloaded_python.run([sys.executable, "-c", CHILD, *args], env=child_env(**env),
-                                cwd=REPO, capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-c", CHILD, *args], env=child_env(**env),
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
 def run_cli(*args):
-    """`python -m ARGS` in a child process with child_env(), forked from a preloaded interpreter
-    (tests/preloaded_python.py)."""
-    return preloaded_python.run([sys.executable, "-m", *args], env=child_env(), cwd=REPO,
+    """`python -m ARGS` in a child process with child_env()."""
+    return subprocess.run([sys.executable, "-m", *args], env=child_env(), cwd=REPO,
                                 capture_output=True, text=True, timeout=300)
 
 

@@ -4,6 +4,7 @@ the peak table, and bad flags refused with one line and exit status 2."""
 import json
 import math
 import os
+import subprocess
 import sys
 
 import jax
@@ -17,7 +18,6 @@ from bertjax.bench.jax_step import Workload, synthetic_batch
 from bertjax.model.config import preset
 from bertjax.model.heads import BertForPretraining
 from bertjax.train.objectives import pretraining_loss
-import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +32,7 @@ def test_cli_prints_and_writes_every_field(tmp_path):
     args = [sys.executable, "-m", "bertjax.bench", TINY, "--config.model.num_layers=1",
             "--seq-len", "16", "--batch", "2", "--steps", "2", "--warmup", "1",
             "--compare-torch", "--peak-tflops", "0.5", "--json", str(out)]
-    proc = preloaded_python.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(args, env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     labels = [line.split(":", 1)[0] for line in proc.stdout.splitlines()]
     assert labels == ["model", "workload", "compile", "step", "tokens/s", "flops", "TFLOP/s",

@@ -3,11 +3,11 @@ buckets and transformers', printed and written; a config it cannot time refused 
 
 import json
 import os
+import subprocess
 import sys
 
 import pytest
 
-import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def bench(*args):
     env = dict(os.environ, XLA_FLAGS=CHILD_XLA_FLAGS)
-    return preloaded_python.run([sys.executable, "-m", "bertjax.bench", "--task", "finetune",
+    return subprocess.run([sys.executable, "-m", "bertjax.bench", "--task", "finetune",
                                  *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 

@@ -4,21 +4,26 @@ convert, each fine-tuned from alike (and from random init) on two task kinds, th
 table, the goals and the PNG; and its baselines checked on data whose answer is known."""
 
 import os
+import subprocess
 import sys
 
 import numpy as np
 import scipy.sparse
 
-import preloaded_python
 from pretrain_runs import REPO, child_env
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import budget_baselines  # noqa: E402
 
 
+def run_script(path: str, *args, **kwargs) -> subprocess.CompletedProcess:
+    """`python PATH ARGS...`, as a user runs a benchmark."""
+    return subprocess.run([sys.executable, path, *args], **kwargs)
+
+
 def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     workdir = tmp_path / "bench"
-    done = preloaded_python.run_script(
+    done = run_script(
         "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
         "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
         "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
@@ -41,7 +46,7 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
     assert "at equal wall time bertjax" in done.stdout and "in half the time" in done.stdout
     assert (workdir / "budget_pretraining.png").stat().st_size > 10_000
     # A rerun finds every result on disk: nothing is trained again.
-    again = preloaded_python.run_script(
+    again = run_script(
         "benchmarks/budget_pretraining.py", "--minutes", "0.05", "--points",
         "0.5,1", "--peer-points", "1", "--seeds", "1", "--tasks", "sentiment,pos",
         "--size", "tiny", "--batch-size", "8", "--max-train-examples", "48",
@@ -56,7 +61,7 @@ def test_the_benchmark_runs_end_to_end(tmp_path, small_corpus_dir):
 def test_bad_arguments_are_refused_in_one_line(tmp_path):
     for bad in (["--points", "0.3,1"], ["--points", "0.5"], ["--tasks", "poetry"],
                 ["--minutes", "0"], ["--peer-points", "half"], ["--data-workers", "-2"]):
-        done = preloaded_python.run_script(
+        done = run_script(
             "benchmarks/budget_pretraining.py", *bad, "--workdir", str(tmp_path / "w"),
             cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, bad
@@ -87,7 +92,7 @@ def test_entities_and_the_word_tag_rule():
 
 
 def test_the_recipe_variants_run_end_to_end(tmp_path, small_corpus_dir):
-    done = preloaded_python.run_script(
+    done = run_script(
         "benchmarks/budget_recipe.py", "--minutes", "0.05", "--variants",
         "tiny", "--prepared", small_corpus_dir, "--max-train-examples", "48",
         "--max-eval-examples", "64", "--epochs", "1", "--data-workers", "0",

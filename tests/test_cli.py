@@ -11,9 +11,6 @@ import sys
 import pytest
 
 import cli_in_process
-import preloaded_python
-from bertjax.cli import program_module
-from bertjax.core import host_memory
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCUMENTS = [os.path.join(REPO, "README.md")] + [
@@ -61,17 +58,10 @@ def test_the_documented_commands_are_found():
             "bertjax.wsd", "bertjax.bench", "bertjax.retrieval.wiki_pairs"} <= set(COMMANDS)
 
 
-# The one command whose --help starts a real interpreter; the others are forked from one that has
-# imported bertjax (preloaded_python.py), which runs the module as `-m` does (runpy): this file
-# took 7.9-9.0 s of user CPU instead of 18.7-20.8 s. A command's real start-up is tested here,
-# by test_startup_collection.py and by the re-execution test below.
-STARTED_AFRESH = "bertjax.main"
-
-
 @pytest.fixture(scope="module")
 def helps() -> dict[str, subprocess.CompletedProcess]:
     """`python -m NAME --help` of every command, the processes started together."""
-    started = {name: (subprocess.Popen if name == STARTED_AFRESH else preloaded_python.popen)(
+    started = {name: subprocess.Popen(
         [sys.executable, "-m", name, "--help"], cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for name in COMMANDS}
     done = {}
@@ -96,35 +86,6 @@ def test_a_bad_flag_is_one_stderr_line_and_exit_2(name, args):
     lines = run.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("bertjax: error: "), run.stderr
     assert run.stdout == ""
-
-
-@pytest.mark.parametrize("argv, module", [
-    (["python", "-m", "bertjax.main", "--config=c.py"], "bertjax.main"),
-    (["python", "-u", "-W", "ignore", "-X", "importtime", "-m", "bertjax.bench"], "bertjax.bench"),
-    (["python", "-mbertjax.embed"], "bertjax.embed"),
-    (["python", "-m", "pytest", "tests/test_cli.py"], "pytest"),
-    (["python", "script.py", "-m", "bertjax.main"], ""),
-    (["python", "-c", "import bertjax.cli.main"], ""),
-    (["python"], ""),
-])
-def test_the_program_module_is_read_from_the_interpreter_arguments(argv, module):
-    assert program_module(argv) == module
-
-
-def _reexecuted(*argv: str) -> bool:
-    """Whether the process re-executed itself: with -X importtime, every process reports its
-    imports on stderr, so a re-executed one reports bertjax.core.host_memory twice."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "BERTJAX_HUGE_PAGES")}
-    done = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
-    return len(re.findall(r"\|\s+bertjax\.core\.host_memory$", done.stderr, re.MULTILINE)) > 1
-
-
-def test_a_command_reexecutes_itself_once_and_an_importer_never():
-    applies = host_memory.tunables_with_huge_pages(
-        {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}) is not None
-    assert _reexecuted("-m", "bertjax.data.prepare", "--help") is applies
-    assert _reexecuted("-c", "import bertjax.cli.prepare") is False
 
 
 def test_the_library_log_filter_joins_absls_own_logger():

@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import subprocess
 import shutil
 import sys
 
@@ -29,7 +30,6 @@ from bertjax.model import layout
 from bertjax.model.encoder import Encoder
 from cli_checks import assert_one_line_error, leftovers, run_cli, snapshot
 from hf_reference import PAIRS, TOL, randomize, run_hf, run_ours, save_hf_dir, text_batch
-import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -148,7 +148,7 @@ def test_pytorch_model_bin_without_torch_says_what_is_missing(tmp_path, capsys, 
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch fails
     code, _, err = run_cli(convert, ["--from-hf", str(tmp_path / "hf"), "--output",
                                      str(tmp_path / "out")], capsys)
-    assert_one_line_error(code, err, "needs torch")
+    assert_one_line_error(code, err, "needs the hf extra", "pip install 'bertjax[hf]'")
 
 
 def test_real_minilm_without_heads_reproduces_transformers_through_the_cli(
@@ -214,7 +214,7 @@ def run_main_in_child(args):
     """The job in a child process on one CPU device with the least XLA optimization: compiling,
     not running, dominates a two-step run."""
     env = {**os.environ, "XLA_FLAGS": CHILD_XLA_FLAGS}
-    return preloaded_python.run([sys.executable, "-m", "bertjax.main", *args[1:]], env=env,
+    return subprocess.run([sys.executable, "-m", "bertjax.main", *args[1:]], env=env,
                                 cwd=REPO, capture_output=True, text=True, timeout=300)
 
 

@@ -16,7 +16,6 @@ from bertjax.core import storage, transfer
 from bertjax.inference import loading
 from bertjax.train.bucket_lock import BucketLock
 from cli_in_process import run as run_in_process
-import preloaded_python
 from pretrain_runs import CHILD, REPO, SHORT, child_env, run_child, tiny_args
 from trees import flat
 
@@ -109,7 +108,7 @@ def test_a_storage_server_that_stops_answering_mid_save(gcs, gcs_bucket, bucket_
     args = tiny_args(workdir, bucket_corpus, **SHORT)
     started = time.monotonic()
     try:
-        frozen = preloaded_python.run(
+        frozen = subprocess.run(
             [sys.executable, "-c", CHILD, *args], cwd=REPO, capture_output=True, text=True,
             timeout=280, env=child_env(STOP_PID_AFTER_CHECKPOINT=f"{gcs.proc.pid}:3",
                                        BERTJAX_STORAGE_TIMEOUT="5"))

@@ -30,7 +30,6 @@ from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.parallel import distributed
 from bertjax.train.metrics_log import read_metrics
-import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 from trees import flat
 
@@ -93,22 +92,25 @@ def free_port():
         return s.getsockname()[1]
 
 
+# What a launcher or scheduler sets to join a process to a job (bertjax.parallel reads them).
+JOB_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+                 "JAX_LOCAL_DEVICE_IDS")
+
+
 def base_env(**extra):
     """The suite's environment (its compilation cache among it) less any multi-process
     settings a scheduler left there, plus `extra`."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("SLURM_") and k not in preloaded_python.JOB_VARIABLES}
+           if not k.startswith("SLURM_") and k not in JOB_VARIABLES}
     env.update(XLA_FLAGS=FAST_FLAGS)
     env.update({k: str(v) for k, v in extra.items()})
     return env
 
 
 def start(args, env, log_path):
-    """A process of the job, forked from a preloaded interpreter (tests/preloaded_python.py):
-    what is tested is the processes joining, not an interpreter starting (launch/local.sh below
-    starts real ones)."""
+    """A process of the job, its output to `log_path`."""
     with open(log_path, "w") as log:
-        return preloaded_python.popen([sys.executable, "-c", CHILD, *args], env=env, cwd=REPO,
+        return subprocess.Popen([sys.executable, "-c", CHILD, *args], env=env, cwd=REPO,
                                       stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -339,7 +341,7 @@ def test_per_process_problems_stop_every_process_with_the_same_message(tmp_path,
     for i in (0, 1):
         env = base_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=2,
                        JAX_PROCESS_ID=i)
-        procs.append(preloaded_python.popen(
+        procs.append(subprocess.Popen(
             [sys.executable, "-c", THREE_REFUSALS, str(tmp_path), text,
              f"--config={REPO}/configs/tiny.py", "--config.data.vocab_size=1000"],
             env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))

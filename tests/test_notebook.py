@@ -3,25 +3,20 @@ it pretrains, fine-tunes, exports, and transformers loads and runs the export.""
 
 import json
 import os
+import subprocess
 import sys
 
 import nbformat
 from nbclient import NotebookClient
 
-import preloaded_python
 from pretrain_runs import CHILD_XLA_FLAGS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, "launch", "colab_tpu.ipynb")
 
 
-# The kernel is this interpreter (the venv's); the commands its cells start with sys.executable
-# are forked from a preloaded interpreter (tests/preloaded_python.py) when they are
-# `-m bertjax...`, and run by the real one otherwise. What is tested is the notebook's cells, not
-# interpreters starting.
-KERNEL = ("import runpy, sys\n"
-          f"{preloaded_python.FORWARDER_SETUP}\n"
-          "runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)\n")
+# The kernel is this interpreter (the venv's), whatever else Jupyter would find.
+KERNEL = "import runpy; runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)\n"
 
 
 def venv_kernel(directory, env: dict) -> str:
@@ -46,9 +41,7 @@ def test_notebook_runs_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTJAX_NOTEBOOK_QUICK", "1")
     monkeypatch.setenv("BERTJAX_NOTEBOOK_WORKDIR", str(workdir))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
-    forwarding = preloaded_python.forwarding(dict(os.environ))
-    kernel = venv_kernel(tmp_path / "jupyter", {k: v for k, v in forwarding.items()
-                                                 if k not in os.environ})
+    kernel = venv_kernel(tmp_path / "jupyter", {})
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     nbformat.validate(notebook)
     assert notebook.metadata.kernelspec.name == "python3"  # what Colab runs it with

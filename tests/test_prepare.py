@@ -20,7 +20,6 @@ from bertjax.data.preparation_engine import prepare
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.data.tokenizer_training import build_tokenizer
 from bertjax.core.errors import UserError
-import preloaded_python
 
 SLICE_DOCUMENTS = 40
 PY = sys.executable
@@ -167,7 +166,7 @@ def test_resume_after_sigkill_of_the_cli(wiki_slice, bert, bert_vocab_path, tmp_
     for i in complete:  # whatever looks complete is complete
         shard_writing.read_shard_stats(out, i)
 
-    result = preloaded_python.run(command, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"prepared {out}: {SLICE_DOCUMENTS} documents")
     reference = str(tmp_path / "reference")
@@ -282,7 +281,7 @@ def test_build_tokenizer(wiki_slice, tmp_path):
 
 
 def run_cli(*args):
-    return preloaded_python.run([PY, "-m", "bertjax.data.prepare", "--no-progress", *args],
+    return subprocess.run([PY, "-m", "bertjax.data.prepare", "--no-progress", *args],
                                 capture_output=True, text=True, timeout=120)
 
 

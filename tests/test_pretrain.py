@@ -17,7 +17,6 @@ from bertjax.inference import loading
 from bertjax.cli import main
 from bertjax.interop import params_dir
 from bertjax.train.metrics_log import read_metrics
-import preloaded_python
 from pretrain_runs import CHILD, child_env, run_child, tiny_args
 import run_devices
 from trees import flat
@@ -97,7 +96,7 @@ def test_sigterm_writes_a_checkpoint_and_exits_0(tmp_path, small_corpus_dir):
     workdir = str(tmp_path / "wd")
     args = tiny_args(workdir, small_corpus_dir, **{"train.steps": 100_000,
                                                    "train.checkpoint_every": 100_000})
-    child = preloaded_python.popen([sys.executable, "-c", CHILD, *args], env=child_env(),
+    child = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=child_env(),
                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
     metrics = os.path.join(workdir, "metrics.jsonl")

@@ -7,6 +7,7 @@ Oracles: ports of google-research/bert's chunking loop and truncate_seq_pair, fa
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -25,7 +26,6 @@ from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.core.errors import UserError
 from bertjax.train import compilation
-import preloaded_python
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = {"input_ids", "segment_ids", "input_mask", "masked_positions", "masked_ids",
@@ -459,7 +459,7 @@ def test_batch_statistics_show_bert_masking(wiki):
 
 
 def _inspect(*args, cwd=ROOT):
-    return preloaded_python.run([sys.executable, "-m", "bertjax.data.inspect", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "bertjax.data.inspect", *args], cwd=cwd,
                                 capture_output=True, text=True, timeout=120)
 
 

@@ -8,16 +8,34 @@ asking meanwhile waits for it and then reads the same files. These fixtures are 
 path.
 """
 
+import contextlib
+import fcntl
 import os
 import pathlib
 import shutil
+import time
 from typing import Callable
 
-from filelock import FileLock
-
 # The longest build (the sentiment run on a loaded machine) takes well under this; a worker that
-# waits longer gives up with filelock's Timeout rather than hang the suite.
+# waits longer fails rather than hang the suite.
 LOCK_TIMEOUT_S = 600
+
+
+@contextlib.contextmanager
+def _locked(path: pathlib.Path):
+    """An exclusive flock on `path`, waited for at most LOCK_TIMEOUT_S (released when the holder
+    ends, even killed)."""
+    with open(path, "w") as lock:
+        deadline = time.monotonic() + LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path} held for over {LOCK_TIMEOUT_S} s") from None
+                time.sleep(0.2)
+        yield
 
 
 def _session_root(tmp_path_factory) -> pathlib.Path:
@@ -36,7 +54,7 @@ def built_once(tmp_path_factory, name: str, build: Callable[[str], None]) -> str
     root = _session_root(tmp_path_factory) / "built-once"
     root.mkdir(exist_ok=True)
     target, done = root / name, root / f"{name}.done"
-    with FileLock(str(root / f"{name}.lock"), timeout=LOCK_TIMEOUT_S):
+    with _locked(root / f"{name}.lock"):
         if not done.exists():
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir()

@@ -20,7 +20,6 @@ from absl import logging as absl_logging  # noqa: F401
 
 from bertjax.core.errors import UserError, exit_on_user_error
 from bertjax.core.library_logs import quiet_routine_library_logs
-from bertjax.core.startup_collection import resume_after_imports
 
 _F = TypeVar("_F", bound=Callable[..., object])
 
@@ -34,13 +33,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def command(main: _F) -> _F:
-    """Decorates a command's main: the garbage collector back on (`bertjax.cli`), routine library
-    logs quieted, a UserError one line on stderr and exit status 2 (a main that returns its status
-    may catch UserError itself)."""
+    """Decorates a command's main: routine library logs quieted, a UserError one line on stderr
+    and exit status 2 (a main that returns its status may catch UserError itself)."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
-        resume_after_imports()
         quiet_routine_library_logs()
         return main(*args, **kwargs)
 

@@ -18,7 +18,6 @@ from bertjax.core import no_replace, output_dir
 from bertjax.core.errors import UserError
 from faults.file_trees import md5s
 from faults.test_inputs import _mount_runner
-import preloaded_python
 from pretrain_runs import REPO, child_env
 
 MARKER = "made-by-test"
@@ -179,7 +178,7 @@ def test_sigterm_while_embedding_removes_the_unfinished_output(tmp_path, finishe
     texts = _texts(tmp_path / "texts.txt", 20000)
     output = tmp_path / "out" / "vectors.npy"
     output.parent.mkdir()
-    process = preloaded_python.popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "bertjax.embed", "--model", finished_short_run, "--input", texts,
          "--output", str(output), "--pooling", "mean"], cwd=REPO, env=child_env(),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -18,7 +18,6 @@ from flax import traverse_util
 import cli_in_process
 from bertjax.inference import loading
 from bertjax.train.metrics_log import read_metrics
-import preloaded_python
 from pretrain_runs import CHILD, REPO, SHORT, child_env, run_child, tiny_args
 
 
@@ -111,7 +110,7 @@ def test_a_second_run_on_a_busy_workdir_is_refused_naming_the_holder(small_corpu
     workdir = str(tmp_path / "wd")
     args = tiny_args(workdir, small_corpus_dir, **{"train.steps": 100_000,
                                                    "train.checkpoint_every": 100_000})
-    first = preloaded_python.popen([sys.executable, "-c", CHILD, *args], env=child_env(),
+    first = subprocess.Popen([sys.executable, "-c", CHILD, *args], env=child_env(),
                                    cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True)
     try:
