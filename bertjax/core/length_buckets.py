@@ -26,8 +26,8 @@ Row = tuple[np.ndarray, np.ndarray]  # (token ids, segment ids), unpadded
 # since a run compiles a train step per shape and most runs are short.
 DEFAULT_MULTIPLE = 32
 # `bertjax.load(...).embed/encode`: a forward pass compiles fast and a corpus is embedded many
-# times over, so finer buckets pay (16 lengths at 128 tokens; with 32, 2,000 sentences of ~30
-# tokens took 12.1 s to embed once compiled, with 8 9.3 s: benchmarks/embedding_throughput.py).
+# times over, so finer buckets pay (16 lengths at 128 tokens; the figures, with 32 and with 8:
+# docs/speed.md, sentence embeddings).
 INFERENCE_MULTIPLE = 8
 
 

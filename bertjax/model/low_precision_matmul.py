@@ -1,7 +1,7 @@
 """A matmul of low-precision (bf16) operands whose backward pass stays on the fast kernels.
 
-XLA's CPU backend runs a bf16 x bf16 -> f32 product on YNNPACK's bf16 kernels (AVX512-BF16: ~2x
-the fp32 rate on this project's CPUs) only when the left operand contracts its last,
+XLA's CPU backend runs a bf16 x bf16 -> f32 product on YNNPACK's bf16 kernels (with AVX512-BF16,
+about twice the fp32 rate) only when the left operand contracts its last,
 contiguous dimension. Autodiff's weight gradient, dW[k, n] = sum_m x[m, k] dy[m, n], contracts
 the rows of both operands; XLA then folds the transpose it would need into the product and, the
 product being unsupported in that form, widens both operands to fp32 (measured on a 1024 x 768 x

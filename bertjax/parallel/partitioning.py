@@ -148,8 +148,7 @@ def global_batch(local_batch: Mapping[str, np.ndarray], mesh: Mesh) -> dict[str,
     if global_rows % batch_shards(mesh):
         raise UserError(f"global batch size {global_rows} is not divisible by the "
                         f"{batch_shards(mesh)} data x fsdp shards of the mesh")
-    # One call for every field: one batched transfer, not one per field (a fine-tuning batch's
-    # five fields: 0.26 ms instead of 0.46 ms on one CPU device, each step).
+    # One call for every field: one batched transfer each step, not one per field.
     local = {key: np.asarray(value) for key, value in local_batch.items()}
     return jax.make_array_from_process_local_data(
         sharding, local, {key: (global_rows, *value.shape[1:]) for key, value in local.items()})

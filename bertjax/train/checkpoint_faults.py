@@ -117,8 +117,7 @@ def non_finite_flags(state: Any, loss: Any) -> int:
 def _finiteness(floats: list, loss: Any) -> jax.Array:
     # x * 0 is 0 where x is finite and NaN where it is not, so one sum says whether every
     # element of every leaf is finite, and no term can overflow. One check is compiled per
-    # state layout: for the tiny preset's 139 leaves on a (2, 2, 2) CPU mesh, tracing, lowering
-    # and compiling it took 0.41-0.42 s of CPU against 0.69-0.75 s for an all(isfinite) per leaf.
+    # state layout, and it traces, lowers and compiles faster than an all(isfinite) per leaf.
     zeros = sum(jnp.sum(x * 0, dtype=jnp.float32) for x in floats)
     return (jnp.where(jnp.isfinite(zeros), 0, 1)
             + jnp.where(jnp.all(jnp.isfinite(loss)), 0, 2)).astype(jnp.int32)

@@ -62,7 +62,7 @@ def check_finite(step: int, scalars: Mapping[str, float], keys: Iterable[str] = 
 
 def _summary_writer_class():
     """tensorboardX's SummaryWriter, imported without torch. tensorboardX imports torch whenever
-    it is installed (3.2 s of `python -X importtime`, in every training process), only to
+    it is installed (seconds of import time in every training process), only to
     recognise torch tensors, which nothing here logs; so torch is hidden while it loads unless
     the process already has it. A later `import torch` works as usual."""
     hide_torch = "torch" not in sys.modules

@@ -71,7 +71,7 @@ class StatePlan:
 
     The init is traced once: `jax.eval_shape` gives the boxed (logically named) shapes, and the
     jitted init is the same function, so jit finds that trace cached (tracing a model's init
-    is a tenth of a second even for the tiny preset; a fresh run used to trace it three times).
+    is a tenth of a second even for the tiny preset).
     """
 
     def __init__(self, model: nn.Module, optimizer: optax.GradientTransformation,

@@ -63,8 +63,8 @@ def sentences(directory: str, split: str | None = None) -> list[TaggedExample]:
     from 1). Every tag is coarsened, the other splits' too, so an unknown one is always refused.
 
     The files are parsed once a process: a run reads its training split and its evaluation split,
-    and each read used to parse all 500 files again (1.1-1.4 s). Each call returns examples of its
-    own; their word and tag lists are shared, and nothing here changes them."""
+    and any split needs all 500 files parsed. Each call returns examples of its own; their word
+    and tag lists are shared, and nothing here changes them."""
     return [TaggedExample(sentence.id, sentence.words, sentence.tags)
             for sentence in _parsed(directory) if split in (None, sentence.split)]
 
@@ -82,8 +82,8 @@ def _parsed(directory: str) -> list[_Sentence]:
     if len(names) != 500:
         raise UserError(f"{directory} has {len(names)} Brown corpus files, not 500 (a damaged "
                         "download? remove the folder to fetch it again)")
-    # 1.16 million tokens of 472 distinct tags: one shared label string per tag, from a dict (a
-    # cached call and a new "B-" string per token read a split in 1.1-1.3 s, this in 0.6-1.0 s).
+    # 1.16 million tokens of 472 distinct tags: one shared label string per tag, from a dict,
+    # rather than a new "B-" string per token.
     labels: dict[str, str] = {}
     out = []
     for name in names:

@@ -129,7 +129,7 @@ def _with_negatives(pairs: list[Pair], seed: int) -> list[Pair]:
     for p in pairs:
         rng = random.Random(f"{seed}:negative:{p.number}")
         # Another article of the split only where the paragraph's own has no other: that list is
-        # the split's length, and building it for every pair took 0.40-0.51 s, not 0.06-0.07 s.
+        # the split's length, too costly to build for every pair.
         choices = [n for n in by_article[p.title] if n != p.number] or [
             n for n in by_split[p.split] if pairs[n].title != p.title]
         out.append(dataclasses.replace(p, negative=rng.choice(choices) if choices else -1))
