@@ -58,7 +58,7 @@ def _logging_kept():
         absl_logging.set_verbosity(verbosity)
         for lg, level, filters, handlers, disabled, propagate in saved:
             # Each setLevel clears the cache of every logger the process has, so it is called
-            # only where the level changed (py-spy: 11 s of a suite run otherwise).
+            # only where the level changed (otherwise a cost that adds up over the suite).
             if lg.level != level:
                 lg.setLevel(level)
             lg.filters[:] = filters

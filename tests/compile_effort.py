@@ -2,13 +2,12 @@
 
 Most tests compile far more than they run: a step they run once or twice, an initialization they
 run once. For those, XLA's least optimization (JAX's `jax_disable_most_optimizations`: LLVM -O0,
-its expensive passes off) is the cheaper bargain. A tiny fine-tuning run of 2 steps (no fusion
-emitters, as the suite compiles) compiled its 6 programs in 1.7 s instead of 3.6-3.9 s at -O1,
-and took 5.6-6.2 s of CPU in all instead of 8.5-9.2 s. A test that trains for a hundred steps
-pays that back: the 125 steps of a 2,000-review run took 44.5 s of CPU unoptimized against
-19.6 s at -O1. Such tests, and the fixtures that train that long, are marked `optimized`: they
-compile as a user's run does. So are the libtpu compile tests, whose reports (memory, FLOPs) must
-be those of the programs a user's `python -m bertjax.compile` builds.
+its expensive passes off) is the cheaper bargain: a tiny fine-tuning run of a few steps compiles
+in about half the time. A test that trains for a hundred steps or more pays the optimization back
+(a 125-step run used less than half the CPU optimized). Such tests, and the fixtures that train
+that long, are marked `optimized`: they compile as a user's run does. So are the libtpu compile
+tests, whose reports (memory, FLOPs) must be those of the programs a user's
+`python -m bertjax.compile` builds.
 
 The setting is read at each compilation and is part of the persistent cache's key, so the two
 kinds never share an entry. A program a worker already compiled the other way in memory is reused

@@ -318,8 +318,8 @@ def _serve(preconditions: bool) -> None:
 
     # After every change the emulator writes all its metadata (every bucket's and object's) as
     # indented JSON to a `.meta` file that only its start reads: a server in memory, started
-    # afresh, never does. That write grows with the objects held, and was 82% of the emulator's
-    # CPU over test_gcs_runs (py-spy).
+    # afresh, never does. That write grows with the objects held, and was most of the
+    # emulator's CPU.
     Storage._write_config_to_file = lambda storage: None
     # The server answers one request at a time, and clients (tensorstore writing a checkpoint)
     # open dozens of connections at once: with socketserver's listen backlog of 5, the kernel

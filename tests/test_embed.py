@@ -175,8 +175,8 @@ def tiny_dir(tmp_path_factory, bert_vocab_path):
 
 
 def test_the_weights_are_an_argument_of_each_compiled_function_not_a_constant(tiny_dir):
-    """Closed over, the weights were constants of every compiled function (each pooling, head
-    and bucket shape compiling and caching its own copy: MiniLM's first embedding took 12 s)."""
+    """Closed over, the weights would be constants of every compiled function (each pooling,
+    head and bucket shape compiling and caching its own copy)."""
     model = bertjax.load(tiny_dir)
     model.embed(["the bank of the river"], pooling="cls")
     model.fill_mask("the [MASK] of the river")

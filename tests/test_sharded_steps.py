@@ -23,8 +23,8 @@ from bertjax.train.step import make_train_step
 
 B, L, PRED, V, STEPS = 8, 32, 6, 512, 2
 OPTIMIZER = OptimizerConfig(learning_rate=2e-3, warmup_steps=0, total_steps=100)
-# Neither LLVM's optimisation passes nor XLA:CPU's fusion emitters: together they are ~75% of the
-# compile time of these steps on CPU. Every side of every comparison is compiled the same way.
+# Neither LLVM's optimisation passes nor XLA:CPU's fusion emitters: together they are most of
+# the compile time of these steps on CPU. Every side of every comparison is compiled the same way.
 FAST_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 # (data, fsdp, tensor). Remat policies ride along: recomputation must not change a single value
 # (dropout masks included), so these steps still equal the plain one-device step.

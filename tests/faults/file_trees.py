@@ -2,7 +2,7 @@
 it byte for byte as it was.
 
 The catalog hashes the shared inputs (a finished run's checkpoints, a prepared corpus, exports)
-before and after each of its 273 cases, re-reading files nothing had touched: 8.8 s of the
+before and after each of its cases; re-reading files nothing had touched would be much of the
 catalog's run. A file's md5 is therefore kept with its inode, size, mtime and ctime, and reused
 while all four are unchanged: the kernel moves ctime on every write, truncation or rename onto
 the path, and no process can set it back. A file changed within the last second is always re-read,
