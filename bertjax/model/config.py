@@ -16,11 +16,11 @@ ATTENTION_IMPLEMENTATIONS = ("", "xla", "cudnn")
 POSITION_EMBEDDINGS = ("learned", "rope")
 NORM_PLACEMENTS = ("post", "pre")
 MLP_KINDS = ("gelu", "geglu")
-# The architecture options of modern encoders (ModernBERT, Warner et al. 2024). A record written
-# before they existed lacks them, and one that keeps BERT's values leaves them out (`record()`).
-ARCHITECTURE_DEFAULTS = dict(position_embedding="learned", rope_theta=10_000.0,
-                             rope_local_theta=10_000.0, norm="post", mlp="gelu", use_bias=True,
-                             norm_bias=True, global_attention_every=1, sliding_window=0)
+# The architecture options of modern encoders (ModernBERT, Warner et al. 2024), BERT's by default
+# (ARCHITECTURE_DEFAULTS, below the class). A record written before they existed lacks them, and
+# one that keeps BERT's values leaves them out (`record()`).
+ARCHITECTURE_FIELDS = ("position_embedding", "rope_theta", "rope_local_theta", "norm", "mlp",
+                       "use_bias", "norm_bias", "global_attention_every", "sliding_window")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +182,12 @@ class EncoderConfig:
 
     def replace(self, **changes) -> "EncoderConfig":
         return dataclasses.replace(self, **changes)
+
+
+# Every field's default, written once above: the model section's defaults (bertjax/settings/
+# shared.py ModelSpec) and the architecture a record leaves out are read from here.
+ENCODER_DEFAULTS = {field.name: field.default for field in dataclasses.fields(EncoderConfig)}
+ARCHITECTURE_DEFAULTS = {name: ENCODER_DEFAULTS[name] for name in ARCHITECTURE_FIELDS}
 
 
 PRESETS: dict[str, dict] = {
