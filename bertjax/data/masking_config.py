@@ -19,6 +19,9 @@ def is_int(value) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class MaskingConfig:
+    """The masking section: which tokens are predicted and what replaces them (BERT's 15% and
+    80/10/10 by default)."""
+
     strategy: str = "token"            # "token" | "whole_word" | "span"
     mask_prob: float = 0.15            # fraction of non-special tokens selected for prediction
     mask_token_prob: float = 0.8       # of the selected: replaced by [MASK]

@@ -12,15 +12,19 @@ from bertjax.settings.config_keys import Section, fields_of
 
 @dataclasses.dataclass(frozen=True)
 class ElectraSettings:
+    """The electra section (read with objective=electra only): the generator and the weight of
+    its discriminator's loss."""
+
     # 0 in any size: the paper's choice (a quarter of the discriminator's width, its depth,
     # one head per 64 dimensions, a feed-forward 4x the width).
-    generator_hidden_size: int
-    generator_num_layers: int
-    generator_num_heads: int
-    generator_intermediate_size: int
+    generator_hidden_size: int = 0
+    generator_num_layers: int = 0
+    generator_num_heads: int = 0
+    generator_intermediate_size: int = 0
     # 0: the discriminator's. The two share their embeddings, so any other value is refused.
-    generator_vocab_size: int
-    discriminator_weight: float  # lambda in loss = MLM(generator) + lambda * RTD(discriminator)
+    generator_vocab_size: int = 0
+    # lambda in loss = MLM(generator) + lambda * RTD(discriminator)
+    discriminator_weight: float = 50.0
 
     def generator(self, discriminator: EncoderConfig) -> EncoderConfig:
         """The generator's encoder: the discriminator's numerics, vocabulary and positions (its

@@ -37,19 +37,29 @@ class PretrainingObjective:
 
 @dataclasses.dataclass(frozen=True)
 class CorpusSettings:
-    input: str
-    input_format: str
-    prepared: str
-    tokenizer: str
-    tokenizer_type: str
-    vocab_size: int
-    lowercase: bool
-    short_seq_prob: float
-    separate_documents: bool  # read into the objective's example mode ("documents")
-    eval_fraction: float
-    workers: int
-    prefetch: int
-    vocab_size_given: bool  # set on the command line, not only the config's default
+    """The data section: the raw text, how it is read and tokenized, and the prepared corpus."""
+
+    # Raw text: files, directories or globs (comma-separated; .gz/.bz2 fine), or "tfds:NAME".
+    input: str = ""
+    # "sentences": one sentence a line, blank line between documents (google-research/bert);
+    # "paragraphs": one paragraph a line, split into sentences; "mediawiki": a Wikipedia XML dump.
+    input_format: str = "sentences"
+    prepared: str = ""  # where the prepared corpus lives; empty: WORKDIR/data
+    # An existing vocabulary (vocab.txt, spm .model, or a tokenizer directory); empty trains one.
+    tokenizer: str = ""
+    tokenizer_type: str = "wordpiece"  # wordpiece | sentencepiece | bpe (when training one)
+    vocab_size: int = 30522
+    lowercase: bool = True
+    short_seq_prob: float = 0.1
+    # objective roberta: keep the documents packed into a row apart (each attends to itself only,
+    # positions restart), as ModernBERT packs; False is RoBERTa's, attending across them. Read
+    # into the objective's example mode ("documents").
+    separate_documents: bool = False
+    eval_fraction: float = 0.01  # documents held out for evaluation
+    workers: int = 2  # background batch builders
+    prefetch: int = 4  # batches built ahead of the step
+    # Not a config key: whether data.vocab_size was set on the command line.
+    vocab_size_given: bool = False
 
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
@@ -67,21 +77,49 @@ class CorpusSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class ScheduleSettings:
+    """The schedule section, BERT's length schedule: short sequences first, long ones for the
+    last `long_fraction` of the steps."""
+
+    short_seq_len: int = 128
+    short_max_predictions: int = 20
+    long_seq_len: int = 512
+    long_max_predictions: int = 80
+    long_fraction: float = 0.1
+    # model.position_embedding=rope: the global layers' rotary base in the short phase (0: the
+    # model's, model.rope_theta, which the long phase and the trained model use).
+    short_rope_theta: float = 0.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.long_fraction <= 1.0:
+            raise UserError(f"schedule.long_fraction must be in [0, 1], got {self.long_fraction}")
+
+
+@dataclasses.dataclass(frozen=True)
 class PretrainLoop:
-    steps: int
-    batch_size: int  # global, across all devices and hosts
-    accumulation_steps: int
-    seed: int
-    log_every: int
-    checkpoint_every: int
-    keep_checkpoints: int  # 0: keep all
-    eval_every: int
-    eval_batches: int
-    plot: bool
-    device_memory_gb: float
-    time_budget_minutes: float  # 0: train.steps decides
-    checkpoint_every_minutes: float  # 0: by steps only
-    fill_mask_examples: str  # "|"-separated texts with [MASK], filled in at the end
+    """The train section: steps, batch, logging, checkpoints, evaluation and the time budget."""
+
+    steps: int = 1_000_000
+    batch_size: int = 256  # global, across all devices and hosts
+    accumulation_steps: int = 1
+    seed: int = 0
+    log_every: int = 100
+    checkpoint_every: int = 10_000
+    keep_checkpoints: int = 3  # 0: keep all
+    eval_every: int = 10_000
+    eval_batches: int = 20
+    plot: bool = False  # loss/accuracy curves to WORKDIR/curves.png
+    # GiB one device holds, checked against the compiled step before the first step; 0 asks the
+    # device (TPUs and GPUs report it, CPUs do not). Set it lower to keep headroom.
+    device_memory_gb: float = 0.0
+    # Minutes of wall time to train for (0: train.steps decides). The learning-rate schedule is
+    # then laid over the budget, train.steps is a cap, and the run checkpoints and stops once it
+    # is spent (bertjax/train/time_budget.py; configs/budget.py).
+    time_budget_minutes: float = 0.0
+    # A checkpoint every so many minutes of wall time too (0: only every checkpoint_every steps).
+    checkpoint_every_minutes: float = 0.0
+    # Texts with [MASK] ("|" between them) the finished run fills in, top 5 each, on stderr.
+    fill_mask_examples: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,9 +221,7 @@ def _check_loop(train: PretrainLoop) -> None:
 
 
 def _schedule(config: Section, steps: int) -> LengthSchedule:
-    s = config.schedule
-    if not 0.0 <= s.long_fraction <= 1.0:
-        raise UserError(f"schedule.long_fraction must be in [0, 1], got {s.long_fraction}")
+    s = ScheduleSettings(**fields_of(ScheduleSettings, config.schedule, "schedule"))
     if s.short_rope_theta and config.model.position_embedding != "rope":
         raise UserError("schedule.short_rope_theta changes the rotary base of the short phase: "
                         "set model.position_embedding=rope, or leave it 0")

@@ -7,13 +7,18 @@ import dataclasses
 import jax
 
 from bertjax.core.errors import UserError
-from bertjax.model.config import ARCHITECTURE_DEFAULTS, EncoderConfig, preset
+from bertjax.model.config import ARCHITECTURE_FIELDS, ENCODER_DEFAULTS, EncoderConfig, preset
 from bertjax.parallel.mesh import first_devices, make_mesh
 from bertjax.settings.config_keys import Section, fields_of
+from bertjax.settings.defaults import defaults
 
 # model.preset value that takes the shape and vocabulary from config.init_checkpoint.
 FROM_CHECKPOINT = "from_checkpoint"
 SIZE_KEYS = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
+# What a from_checkpoint run applies over the checkpoint's recorded encoder (the rest is its shape
+# and architecture).
+NUMERIC_KEYS = ("dtype", "param_dtype", "hidden_dropout", "attention_dropout", "scan_layers",
+                "remat", "attention_implementation", "matmul_dtype")
 # Settings that change the layout of a checkpoint; anything else may differ between runs.
 LAYOUT_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                  "max_position_embeddings", "type_vocab_size", "param_dtype", "scan_layers")
@@ -23,35 +28,73 @@ ADAPTATION_LAYOUT_FIELDS = ("adapter_size", "lora_rank")
 ARCHITECTURE_LAYOUT_FIELDS = ("position_embedding", "norm", "mlp", "use_bias", "norm_bias")
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """The model section: a preset (or the init checkpoint's shape) with this run's numerics."""
+def _encoder(name: str):
+    """The default of EncoderConfig's field `name`, where it is written and checked."""
+    return ENCODER_DEFAULTS[name]
 
-    preset: str
-    sizes: dict  # SIZE_KEYS given explicitly (0 in the config: the preset's)
-    dtype: str
-    param_dtype: str
-    hidden_dropout: float
-    attention_dropout: float
-    scan_layers: bool
-    remat: str
-    max_position_embeddings: int
-    type_vocab_size: int
-    attention_implementation: str  # "": the backend's choice
-    matmul_dtype: str  # "": model.dtype
-    layer_norm_eps: float
-    architecture: dict  # ARCHITECTURE_DEFAULTS' keys; from_checkpoint takes the checkpoint's
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """The model section, each key with its default: a preset (or the init checkpoint's shape)
+    with this run's numerics and architecture. A key that is an EncoderConfig field takes its
+    default and its check from there (bertjax/model/config.py)."""
+
+    # tiny | mini | small | medium | base | large | modernbert_base | modernbert_large, or
+    # from_checkpoint: the shape and vocabulary of config.init_checkpoint (a pretraining workdir,
+    # a params export or a `python -m bertjax.convert --from-hf` output).
+    preset: str = "base"
+    # 0 keeps the preset's size; set any of these to change one dimension of it.
+    num_layers: int = 0
+    hidden_size: int = 0
+    num_heads: int = 0
+    intermediate_size: int = 0
+    dtype: str = _encoder("dtype")  # compute dtype; "bfloat16" on accelerators
+    param_dtype: str = _encoder("param_dtype")
+    # Fine-tuning: hidden_dropout is also the dropout before the classifier.
+    hidden_dropout: float = _encoder("hidden_dropout")
+    attention_dropout: float = _encoder("attention_dropout")
+    # "" lets the backend choose jax.nn.dot_product_attention's kernel (used whenever attention
+    # dropout is 0, and at inference); "cudnn": cuDNN flash attention on a GPU, with bf16.
+    attention_implementation: str = _encoder("attention_implementation")
+    # "bfloat16" with dtype float32: bf16 matmul operands, fp32 results and everything else
+    # (docs/speed.md: faster on a CPU with AVX512-BF16). "": model.dtype.
+    matmul_dtype: str = _encoder("matmul_dtype")
+    # A run scans its layers (one compiled layer body: faster compiles); a bare EncoderConfig,
+    # which also reads records and Hugging Face configs, unrolls them.
+    scan_layers: bool = True
+    remat: str = _encoder("remat")  # none | full | save_dots
+    max_position_embeddings: int = _encoder("max_position_embeddings")
+    # 0: no segment embeddings (ModernBERT, RoBERTa-like)
+    type_vocab_size: int = _encoder("type_vocab_size")
+    layer_norm_eps: float = _encoder("layer_norm_eps")
+    # The architecture: BERT's by default; configs/modernbert.py sets ModernBERT's (rope, pre,
+    # geglu, no biases, sliding windows). With preset from_checkpoint the checkpoint's are used.
+    position_embedding: str = _encoder("position_embedding")  # learned | rope
+    rope_theta: float = _encoder("rope_theta")  # rope: the global layers' base
+    rope_local_theta: float = _encoder("rope_local_theta")  # rope: the sliding-window layers'
+    norm: str = _encoder("norm")  # post (BERT) | pre (norm before each sublayer)
+    mlp: str = _encoder("mlp")  # gelu | geglu (intermediate_size: both halves)
+    use_bias: bool = _encoder("use_bias")  # biases in the dense layers
+    norm_bias: bool = _encoder("norm_bias")  # biases in the LayerNorms
+    global_attention_every: int = _encoder("global_attention_every")  # from layer 0
+    sliding_window: int = _encoder("sliding_window")  # the other layers' width (0: all global)
 
     @property
     def from_checkpoint(self) -> bool:
         return self.preset == FROM_CHECKPOINT
 
+    @property
+    def sizes(self) -> dict:
+        """The SIZE_KEYS given explicitly (0 in the config: the preset's)."""
+        return {key: getattr(self, key) for key in SIZE_KEYS if getattr(self, key)}
+
+    @property
+    def architecture(self) -> dict:
+        """The ARCHITECTURE_FIELDS; from_checkpoint takes the checkpoint's instead."""
+        return {key: getattr(self, key) for key in ARCHITECTURE_FIELDS}
+
     def _numerics(self) -> dict:
-        return dict(dtype=self.dtype, param_dtype=self.param_dtype,
-                    hidden_dropout=self.hidden_dropout, attention_dropout=self.attention_dropout,
-                    scan_layers=self.scan_layers, remat=self.remat,
-                    attention_implementation=self.attention_implementation,
-                    matmul_dtype=self.matmul_dtype)
+        return {key: getattr(self, key) for key in NUMERIC_KEYS}
 
     def encoder(self, vocab_size: int, pad_token_id: int = 0,
                 recorded: EncoderConfig | None = None) -> EncoderConfig:
@@ -62,10 +105,10 @@ class ModelSpec:
                 raise UserError(f"model.preset={FROM_CHECKPOINT} takes the model shape from "
                                 "config.init_checkpoint, which is not set")
             return self._over(recorded, vocab_size)
+        fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                  if field.name != "preset" and field.name not in SIZE_KEYS}
         return preset(self.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
-                      max_position_embeddings=self.max_position_embeddings,
-                      type_vocab_size=self.type_vocab_size, layer_norm_eps=self.layer_norm_eps,
-                      **self.architecture, **self.sizes, **self._numerics())
+                      **fields, **self.sizes)
 
     def _over(self, recorded: EncoderConfig, vocab_size: int | None) -> EncoderConfig:
         for key, value in self.sizes.items():
@@ -88,14 +131,10 @@ def layout_of(encoder: EncoderConfig) -> dict:
 
 
 def model_spec(section: Section) -> ModelSpec:
-    sizes = {key: int(section[key]) for key in SIZE_KEYS if section[key]}
-    spec = ModelSpec(section.preset, sizes, section.dtype, section.param_dtype,
-                     section.hidden_dropout, section.attention_dropout, section.scan_layers,
-                     section.remat, section.max_position_embeddings, section.type_vocab_size,
-                     str(section.attention_implementation), str(section.matmul_dtype),
-                     float(section.layer_norm_eps),
-                     {key: type(default)(section[key])
-                      for key, default in ARCHITECTURE_DEFAULTS.items()})
+    values = fields_of(ModelSpec, section, "model")
+    # A number given where the default is a float (or a size, an int) takes the default's type.
+    spec = ModelSpec(**{key: type(default)(values[key]) if type(default) in (int, float, str)
+                        else values[key] for key, default in defaults(ModelSpec).items()})
     _check_attention(spec)
     if not spec.from_checkpoint:
         spec.encoder(vocab_size=1000)  # refuses an unknown preset or a bad shape now, by name
@@ -104,10 +143,15 @@ def model_spec(section: Section) -> ModelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class MeshSettings:
-    data: int
-    fsdp: int
-    tensor: int
-    devices: int  # how many of the devices the mesh spans (the first ones); -1: all
+    """The mesh section: sizes of the (data, fsdp, tensor) axes; one may be -1 (all remaining
+    devices)."""
+
+    data: int = -1
+    fsdp: int = 1
+    tensor: int = 1
+    # The devices the axes span: the first N of this machine's (one process only), e.g. to leave
+    # the others to another job; -1: every device of every process.
+    devices: int = -1
 
     def make(self, devices=None):
         """The mesh over the first `self.devices` of `devices` (default: JAX's, every host's)."""

@@ -29,11 +29,20 @@ NO_DECAY_MODULE = re.compile(r"layer_?norm|(^|_)ln(_|\d|$)|(^|_)norm(_|\d|$)", r
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    name: str = "adamw"
+    """The optimizer section, BERT's pretraining optimizer by default: AdamW at 1e-4 without bias
+    correction, 10k warmup steps, then linear decay; weight decay 0.01, clipping at 1.0.
+    total_steps is train.steps (or what fine-tuning's epochs make), and fine-tuning warms up for
+    optimizer.warmup_fraction of them instead of warmup_steps."""
+
+    # stable_adamw: AdamW with per-tensor update clipping (ModernBERT's StableAdamW), which
+    # replaces gradient clipping there (clip_norm 0); it always bias-corrects, as lamb does.
+    name: str = "adamw"  # adamw | lamb | stable_adamw
     learning_rate: float = 1e-4  # peak
     warmup_steps: int = 10_000
     total_steps: int = 1_000_000
-    decay: str = "linear"
+    # wsd, wsd_sqrt: warmup, the peak, then a linear or 1-sqrt (ModernBERT's) cooldown over the
+    # last decay_fraction of the steps; decay_fraction 0 stays at the peak to the end.
+    decay: str = "linear"  # linear | cosine | constant | wsd | wsd_sqrt
     end_learning_rate: float = 0.0
     b1: float = 0.9
     b2: float = 0.999
