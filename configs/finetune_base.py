@@ -41,7 +41,9 @@ benchmarks/finetune_parity.py compares accuracies. Where the two frameworks' def
 
 import ml_collections
 
-from configs import _sections
+from bertjax.settings.defaults import section
+from bertjax.settings.shared import FROM_CHECKPOINT, MeshSettings, ModelSpec
+from bertjax.train.optimizer import OptimizerConfig
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -57,8 +59,9 @@ def get_config() -> ml_collections.ConfigDict:
 
     # from_checkpoint: shape and vocabulary of init_checkpoint; a preset name (tiny .. large)
     # trains from scratch (then data.tokenizer is required). The rest as in pretraining
-    # (configs/_sections.py); hidden_dropout is also the dropout before the classifier.
-    config.model = _sections.model(preset="from_checkpoint")
+    # (ModelSpec, bertjax/settings/shared.py); hidden_dropout is also the dropout before the
+    # classifier.
+    config.model = section(ModelSpec, preset=FROM_CHECKPOINT)
 
     config.finetune = ml_collections.ConfigDict()
     config.finetune.reinit_top_layers = 0   # re-initialize the top k encoder layers (+ pooler)
@@ -134,10 +137,11 @@ def get_config() -> ml_collections.ConfigDict:
     config.train.log_every = 50
     config.train.checkpoint_every = 0       # extra mid-epoch checkpoints; 0: epoch ends only
 
-    # AdamW with linear decay, weight decay 0.01 and clipping at 1.0 (configs/_sections.py);
-    # eps 1e-8 is torch's and the Trainer's (see above), warmup a fraction of all steps (rounded
-    # up), bias correction as in torch.
-    config.optimizer = _sections.optimizer(learning_rate=3e-5, warmup_fraction=0.1, eps=1e-8,
-                                           bias_correction=True)
-    config.mesh = _sections.mesh()  # (data, fsdp, tensor) sizes; data -1: the remaining devices
+    # AdamW with linear decay, weight decay 0.01 and clipping at 1.0 (OptimizerConfig,
+    # bertjax/train/optimizer.py); eps 1e-8 is torch's and the Trainer's (see above), bias
+    # correction as in torch, and the warmup a fraction of all steps (rounded up).
+    config.optimizer = section(OptimizerConfig, skip=("total_steps", "warmup_steps"),
+                               learning_rate=3e-5, eps=1e-8, bias_correction=True)
+    config.optimizer.warmup_fraction = 0.1
+    config.mesh = section(MeshSettings)  # (data, fsdp, tensor) sizes; data -1: the other devices
     return config
