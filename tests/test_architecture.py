@@ -17,8 +17,8 @@ PACKAGE = os.path.join(ROOT, "bertjax")
 DEFERRABLE = frozenset({"torch", "transformers", "tensorflow", "tensorflow_datasets", "faiss",
                         "bm25s", "Stemmer", "sklearn", "matplotlib", "tensorboardX",
                         "google", "rdata"})
-# `bertjax.load` imports the Python API when called, so that `import bertjax` stays free of JAX:
-# the entry points re-execute themselves (huge pages) before any heavy import.
+# `bertjax.load` imports the Python API when called, so that `import bertjax` stays free of JAX
+# (and quick, for a command that needs none of it).
 LAZY_ROOT_API = ("bertjax/__init__.py", "bertjax.inference.api")
 
 

@@ -29,14 +29,14 @@ assert len({case.id for case in CASES}) == len(CASES), "case ids must be unique"
 
 # Cases run as a real process, and why the process matters there.
 IN_A_PROCESS = {
-    # One per documented command name: the runpy shim, the huge-page re-exec, the interpreter's
-    # start-up and exit (atexit handlers, library threads, import-time warnings) must add no line.
-    "main-pretrain-unknown-key": "the bertjax.main shim and its re-exec",
+    # One per documented command name: the runpy shim, the interpreter's start-up and exit
+    # (atexit handlers, library threads, import-time warnings) must add no line.
+    "main-pretrain-unknown-key": "the bertjax.main shim",
     "prepare-input-binary": "the bertjax.data.prepare shim",
     "inspect-unknown-key": "the bertjax.data.inspect shim",
     "export-step-missing": "the bertjax.export shim (Orbax's logging at start-up and exit)",
     "convert-truncated-weights": "the bertjax.convert shim",
-    "bench-unknown-key": "the bertjax.bench shim and its re-exec",
+    "bench-unknown-key": "the bertjax.bench shim",
     "index-search-k-zero": "the bertjax.index shim",
     "embed-no-pooling": "the bertjax.embed shim",
     "evaluate-unknown-subcommand": "the bertjax.evaluate shim",
