@@ -1,11 +1,12 @@
 """`python -m bertjax.compile`: the real train step compiled for TPU slices by libtpu on this CPU
-(libtpu is in the test extra; JAX_PLATFORMS=cpu, as conftest sets it): slice names, the report's
+(libtpu is the tpu extra; JAX_PLATFORMS=cpu, as conftest sets it): slice names, the report's
 figures (matmul FLOPs counted in the HLO of scanned and unrolled steps against the analytic
 count, memory, collectives), refusals (a batch that does not fit, an unknown slice, no libtpu),
 and the HLO reader on hand-written HLO (loops, fusions, dots, convolutions, collectives)."""
 
 import importlib.util
 import json
+import sys
 import types
 
 import pytest
@@ -21,7 +22,7 @@ from configs import tiny
 
 # Optimized: the reports must be those of the programs a user's `bertjax.compile` builds.
 pytestmark = [pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                 reason="libtpu missing: pip install -e '.[test]'"),
+                                 reason="libtpu missing: pip install -e '.[tpu]'"),
               pytest.mark.optimized]
 
 
@@ -91,8 +92,9 @@ def test_libtpu_describes_one_device_a_chip():
 def test_unknown_slice_and_missing_libtpu_are_refused_by_name(monkeypatch):
     with pytest.raises(UserError, match="unknown TPU topology 'v4-7'; known: v4-8, v4-16"):
         topology.parse("v4-7")
-    monkeypatch.setattr(topology.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(UserError, match=r"^libtpu is not installed: pip install 'bertjax\[tpu\]'"):
+    monkeypatch.setitem(sys.modules, "libtpu", None)  # makes the import fail
+    with pytest.raises(UserError, match=r"needs the tpu extra \(libtpu is not installed\): "
+                                        r"pip install 'bertjax\[tpu\]'$"):
         topology.devices(topology.parse("v5e-8"))
 
 

@@ -263,7 +263,7 @@ def test_tfds_local_dataset_without_tensorflow(tmp_path):
 
 def test_tfds_not_installed(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)  # makes the import fail
-    with pytest.raises(UserError, match=r"pip install bertjax\[tfds\]"):
+    with pytest.raises(UserError, match=r"needs the tfds extra .*: pip install 'bertjax\[tfds\]'"):
         list(iter_documents(["tfds:wikipedia/20230601.en"], "sentences"))
 
 

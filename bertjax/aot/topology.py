@@ -9,16 +9,14 @@ by its chip grid: v4-8 is "v4:2x2x1" (4 chips), v5e-8 "v5e:2x4" (8 chips).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import re
 
 import jax
 from jax.experimental import topologies
 
+from bertjax.core import extras
 from bertjax.core.errors import UserError
-
-LIBTPU_MISSING = "libtpu is not installed: pip install 'bertjax[tpu]'"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +107,8 @@ def _environment(accelerator_type: str) -> None:
 def devices(slice_: Slice, num_slices: int = 1) -> list:
     """libtpu's compile-only devices of `num_slices` such slices (JAX devices one can compile
     for, not run on), in the order the topology lists them."""
-    if importlib.util.find_spec("libtpu") is None:
-        raise UserError(LIBTPU_MISSING)
+    # libtpu (the tpu extra) is what JAX compiles with; importing it only sets TPU_LIBRARY_PATH
+    extras.require("libtpu", "tpu", "compiling for a TPU slice")
     if num_slices < 1:
         raise UserError(f"--num-slices must be at least 1, got {num_slices}")
     _environment(slice_.accelerator_type)

@@ -24,7 +24,7 @@ import time
 import jax
 import numpy as np
 
-from bertjax.bench.torch_peer import cpu_threads, hf_config
+from bertjax.bench.torch_peer import cpu_threads, hf_config, peer_libraries
 from bertjax.core.errors import UserError
 from bertjax.finetune.batches import EpochBatches
 from bertjax.finetune.distillation import task_objective
@@ -151,12 +151,7 @@ class TorchEpoch:
     """transformers' model for the task, trained an epoch with dynamic padding."""
 
     def __init__(self, s, start, data, *, bf16: bool):
-        try:  # deferred: torch and transformers are heavy, and needed only with --compare-torch
-            import torch
-            import transformers
-        except ImportError as e:
-            raise UserError(f"--compare-torch needs torch and transformers ({e}); install "
-                            "bertjax[hf]") from None
+        torch, transformers = peer_libraries()
         self.torch, self.bf16 = torch, bf16
         self.threads = cpu_threads()
         torch.set_num_threads(self.threads)

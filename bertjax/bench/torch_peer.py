@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from bertjax.core import extras
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 
@@ -31,10 +32,15 @@ def check_objective(name: str) -> None:
                         f"objective 'bert', not {name!r}")
 
 
+def peer_libraries():
+    """(torch, transformers), the hf extra: heavy, and loaded only for --compare-torch."""
+    return (extras.require("torch", "hf", "--compare-torch"),
+            extras.require("transformers", "hf", "--compare-torch"))
+
+
 def hf_config(encoder: EncoderConfig, **extra):
     """transformers' BertConfig of the same shape and dropout as `encoder`."""
-    import transformers  # deferred: heavy, and needed only with --compare-torch
-
+    _, transformers = peer_libraries()
     return transformers.BertConfig(
         vocab_size=encoder.vocab_size, hidden_size=encoder.hidden_size,
         num_hidden_layers=encoder.num_layers, num_attention_heads=encoder.num_heads,
@@ -56,12 +62,7 @@ class TorchStep:
                  learning_rate: float, weight_decay: float, betas: tuple[float, float],
                  eps: float, clip_norm: float, seed: int = 0, bf16: bool = False,
                  device: str = "cpu"):
-        try:  # deferred: torch and transformers are heavy, and needed only with --compare-torch
-            import torch
-            import transformers
-        except ImportError as e:
-            raise UserError(f"--compare-torch needs torch and transformers ({e}); install "
-                            "bertjax[hf]") from None
+        torch, transformers = peer_libraries()
         if device == "cuda" and not torch.cuda.is_available():
             raise UserError("our step runs on a GPU but this torch sees none; the peer would "
                             "be timed on other hardware")

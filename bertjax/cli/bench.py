@@ -28,7 +28,7 @@ import jax
 from bertjax import settings
 from bertjax.bench import finetune_epoch, flops
 from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
-from bertjax.bench.torch_peer import TorchStep, check_objective
+from bertjax.bench.torch_peer import TorchStep, check_objective, peer_libraries
 from bertjax.cli import entry
 from bertjax.cli.config_flags import parse_config
 from bertjax.core import atomic_files
@@ -149,6 +149,8 @@ def time_steps(steps: list[Callable[[], None]], warmups: list[int],
 
 def run(options, s: PretrainSettings | FinetuneSettings) -> dict:
     """Builds our step (and the peer's), times them, and returns every figure."""
+    if options.compare_torch:
+        peer_libraries()  # without the hf extra, refused before anything is built
     if options.task == "finetune":
         return finetune_epoch.run(options, s)
     if options.compare_torch:

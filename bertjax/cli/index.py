@@ -146,8 +146,8 @@ def _search(args) -> None:
     if args.rerank is not None and args.rerank_k < args.k:
         raise UserError(f"--rerank-k ({args.rerank_k}) must be at least --k ({args.k}): only "
                         "re-ranked candidates are returned")
-    if (method == APPROXIMATE or args.report_recall) and not index.has_approximate:
-        index.approximate_index()  # raises: the index has none
+    if method == APPROXIMATE or args.report_recall:
+        index.approximate_index()  # refused now (no graph, or no FAISS), not after embedding
     if args.output is not None:
         _check_output(args)
     cross_encoder, model = _models(index, args)
@@ -214,6 +214,7 @@ def _check_output(args) -> None:
 def _evaluate(args) -> None:
     index, queries = _common(args, relevant=True)
     evaluation.check_relevant(index, queries)
+    evaluation.check_rankers(index, bm25=args.bm25)
     cross_encoder, model = _models(index, args)
     report_ = evaluation.evaluate(index, queries, model, bm25=args.bm25,
                                   cross_encoder=cross_encoder, rerank_k=args.rerank_k)

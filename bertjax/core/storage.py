@@ -38,14 +38,14 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import fsspec  # noqa: E402 (after the setting above)
 import fsspec.exceptions  # noqa: E402
 
+from bertjax.core import extras  # noqa: E402
 from bertjax.core.atomic_files import replacing  # noqa: E402
 from bertjax.core.errors import UserError  # noqa: E402
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-# scheme -> (the module fsspec needs, what to install)
-BACKENDS = {"gs": ("gcsfs", "pip install 'bertjax[gcs]'"),
-            "gcs": ("gcsfs", "pip install 'bertjax[gcs]'"),
-            "s3": ("s3fs", "pip install s3fs"),
+# Google's schemes need the gcs extra; other schemes: the module fsspec needs, what to install
+GCS_SCHEMES = ("gs", "gcs")
+BACKENDS = {"s3": ("s3fs", "pip install s3fs"),
             "az": ("adlfs", "pip install adlfs"),
             "abfs": ("adlfs", "pip install adlfs")}
 DEFAULT_TIMEOUT_S = 30.0
@@ -100,7 +100,8 @@ def filesystem(url: str):
     installed is one line naming what to install, and gs:// without credentials one line
     saying how to get them."""
     name = scheme(url)
-    if name in ("gs", "gcs"):
+    if name in GCS_SCHEMES:
+        extras.require("gcsfs", "gcs", f"{url}: a {name}:// path")
         bound_gcs_requests()
         _check_google_credentials()
     try:
@@ -135,11 +136,11 @@ def _check_google_credentials() -> None:
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         return
     try:
-        # deferred: only gs:// paths need it, and it comes with the optional gcsfs
+        # deferred: only gs:// paths need it, and it comes with gcsfs (required above)
         import google.auth
         from google.auth.exceptions import DefaultCredentialsError
     except ImportError:
-        return  # no gcsfs either: url_to_fs names the extra to install
+        return  # gcsfs itself reports what is missing
     auth_log = logging.getLogger("google.auth")
     level = auth_log.level
     auth_log.setLevel(logging.ERROR)  # its warning about the absent metadata server says less

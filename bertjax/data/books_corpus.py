@@ -27,7 +27,7 @@ import sys
 import zlib
 from typing import Iterator
 
-from bertjax.core import atomic_files, debian_archive, packaged
+from bertjax.core import atomic_files, debian_archive, extras, packaged
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
 from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.sentence_splitting import split_sentences
@@ -129,6 +129,12 @@ def chapters(lines: list[str]) -> Iterator[Document]:
         yield chapter
 
 
+def _rdata():
+    """rdata (the books extra), loaded only here: it imports pandas and xarray, and every CLI
+    imports this module."""
+    return extras.require("rdata", "books", "the books corpus (R data sets)")
+
+
 def r_data_sets(folder: str) -> dict[str, object]:
     """The data sets of an installed R package (its data/Rdata.rdx + .rdb lazy-load database).
 
@@ -136,8 +142,7 @@ def r_data_sets(folder: str) -> dict[str, object]:
     length of each data set. The .rdb is not a format rdata knows: each entry is the serialized
     object, zlib-compressed after its 4-byte big-endian length; rdata parses the inflated bytes.
     """
-    import rdata  # here: it imports pandas and xarray (~0.7 s), and every CLI imports this module
-
+    rdata = _rdata()
     index = rdata.read_rds(os.path.join(folder, "Rdata.rdx"))
     if index["compressed"] not in (True, 1):  # 2 and 3 (bzip2, xz) add a type byte; unused here
         raise UserError(f"{folder}: unsupported R lazy-load compression {index['compressed']!r}")

@@ -27,6 +27,7 @@ import os
 import re
 from typing import BinaryIO, Iterator, Sequence, TextIO
 
+from bertjax.core import extras
 from bertjax.data import wikitext
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.core.errors import UserError, check_choice
@@ -249,13 +250,16 @@ def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
 
 
+def tensorflow_datasets(spec: str):
+    """The tensorflow_datasets module (the tfds extra, with array_record, the format bertjax
+    reads TFDS datasets in), to read the input `spec`."""
+    extras.require("array_record", "tfds", f"reading {spec}")
+    return extras.require("tensorflow_datasets", "tfds", f"reading {spec}")
+
+
 def _tfds_documents(spec: str, stats: SourceStats, data_dir: str | None,
                     feature: str) -> Iterator[list[str]]:
-    try:  # deferred: tensorflow_datasets is heavy and optional (bertjax[tfds])
-        import tensorflow_datasets as tfds
-    except ImportError:
-        raise UserError(f"reading {spec} needs tensorflow-datasets: "
-                        "pip install bertjax[tfds]") from None
+    tfds = tensorflow_datasets(spec)
     name, split = parse_tfds_spec(spec)
     try:
         source = tfds.data_source(name, split=split, data_dir=data_dir, download=False)

@@ -22,7 +22,8 @@ from typing import Iterator
 
 from bertjax.core import storage, transfer
 from bertjax.core.errors import UserError
-from bertjax.data.sources import parse_tfds_spec
+from bertjax.core import extras
+from bertjax.data.sources import parse_tfds_spec, tensorflow_datasets
 from bertjax.finetune.conll import read_conll
 from bertjax.finetune.examples import PACKAGED_PREFIX, SpanExample, TextExample
 from bertjax.finetune.packaged import datasets
@@ -263,14 +264,10 @@ def _read_tfds(source: Source, kind: str) -> list[TextExample]:
 
 
 def _tfds_data(source: Source):
-    try:  # deferred: an optional, heavy dependency (bertjax[tfds]) only TFDS input needs
-        import tensorflow_datasets as tfds
-    except ImportError:
-        raise UserError(f"reading {source.path} needs tensorflow-datasets: "
-                        "pip install bertjax[tfds]") from None
+    tfds = tensorflow_datasets(source.path)
     name, split = parse_tfds_spec(source.path)
-    if name.startswith("glue"):
-        import tensorflow_datasets.text.glue  # noqa: F401  (registers the glue/* builders)
+    if name.startswith("glue"):  # importing it registers the glue/* builders
+        extras.require("tensorflow_datasets.text.glue", "tfds", f"reading {source.path}")
     try:
         data = tfds.data_source(name, split=split, data_dir=source.tfds_data_dir, download=False)
     except Exception as e:  # tfds reports a missing dataset through several exception types

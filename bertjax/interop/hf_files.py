@@ -24,7 +24,7 @@ from safetensors.numpy import load_file, save_file
 
 from bertjax.data.json_tokenizer import JSON_FILE, JsonTokenizer
 from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
-from bertjax.core import json_records
+from bertjax.core import extras, json_records
 from bertjax.core.errors import UserError
 
 CONFIG = "config.json"
@@ -77,11 +77,8 @@ def _read_safetensors(path: str) -> dict[str, np.ndarray]:
 
 
 def _read_torch_bin(path: str) -> dict[str, np.ndarray]:
-    try:  # deferred: torch is heavy and optional (bertjax[hf]), needed only for pytorch_model.bin
-        import torch
-    except ImportError:
-        raise UserError(f"{path} is a PyTorch file and reading it needs torch "
-                        "(pip install torch), or save the model as safetensors") from None
+    # torch is heavy, and needed only for this format (safetensors needs none)
+    torch = extras.require("torch", "hf", f"reading {path} (PyTorch's format, not safetensors)")
     try:
         # weights_only: tensors and plain containers only; a pickled object that would run
         # code is refused instead of executed.

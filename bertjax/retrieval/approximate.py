@@ -18,6 +18,8 @@ import re
 
 import numpy as np
 
+from bertjax.core import extras
+
 LIBRARY = "faiss-cpu"
 KIND = "HNSWFlat"
 LINKS = 32             # M: neighbours per node; more raises recall, memory and build time
@@ -34,21 +36,21 @@ class FaissError(Exception):
         super().__init__(" ".join(_FAISS_LOCATION.sub("", str(error)).split()))
 
 
-def _faiss():
-    import faiss  # deferred: the rest of bertjax does not load FAISS's native library
-
-    return faiss
+def library():
+    """FAISS (the retrieval extra), loaded only here: the rest of bertjax never needs its native
+    library."""
+    return extras.require("faiss", "retrieval", "the approximate (FAISS HNSW) index")
 
 
 def describe() -> dict:
     """What the manifest records about the approximate index."""
-    return {"library": LIBRARY, "version": _faiss().__version__, "kind": KIND,
+    return {"library": LIBRARY, "version": library().__version__, "kind": KIND,
             "metric": "inner_product", "links": LINKS, "ef_construction": EF_CONSTRUCTION,
             "ef_search": EF_SEARCH}
 
 
 def build(vectors: np.ndarray):
-    faiss = _faiss()
+    faiss = library()
     index = faiss.IndexHNSWFlat(vectors.shape[1], LINKS, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = EF_CONSTRUCTION
     index.add(np.ascontiguousarray(vectors, np.float32))
@@ -56,12 +58,12 @@ def build(vectors: np.ndarray):
 
 
 def save(index, path: str) -> None:
-    _faiss().write_index(index, path)
+    library().write_index(index, path)
 
 
 def load(path: str):
     try:
-        return _faiss().read_index(path)
+        return library().read_index(path)
     except RuntimeError as e:
         raise FaissError(e) from None
 
@@ -69,7 +71,7 @@ def load(path: str):
 def search(index, queries: np.ndarray, k: int, ef_search: int = EF_SEARCH
            ) -> tuple[np.ndarray, np.ndarray]:
     """(scores [Q, k] fp32, row ids [Q, k] int64), best first; k at most the index's size."""
-    faiss = _faiss()
+    faiss = library()
     if not 1 <= k <= index.ntotal:
         raise ValueError(f"k must be between 1 and the index size {index.ntotal}, got {k}")
     params = faiss.SearchParametersHNSW()

@@ -17,15 +17,20 @@ from typing import Sequence
 
 import numpy as np
 
+from bertjax.core import extras
 from bertjax.core.errors import UserError
+
+
+def libraries():
+    """(bm25s, PyStemmer's Stemmer), the retrieval extra: loaded only for the --bm25 baseline."""
+    purpose = "the BM25 baseline (--bm25)"
+    return (extras.require("bm25s", "retrieval", purpose),
+            extras.require("Stemmer", "retrieval", purpose))
 
 
 class Bm25:
     def __init__(self, documents: Sequence[str], name: str = "the corpus"):
-        # deferred: only the --bm25 baseline loads bm25s and PyStemmer's native library
-        import bm25s
-        import Stemmer
-
+        bm25s, Stemmer = libraries()
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each step at DEBUG
 
         if not documents:

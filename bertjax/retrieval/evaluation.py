@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from bertjax.core.errors import UserError
+from bertjax.retrieval import bm25 as bm25_baseline
 from bertjax.retrieval import metrics
 from bertjax.retrieval.bm25 import Bm25
 from bertjax.retrieval.index import Index, embed_queries
@@ -23,6 +24,15 @@ def check_relevant(index: Index, queries: Sequence[Query]) -> None:
         raise UserError(f"{len(missing)} relevant document id(s) of the queries are not in "
                         f"{index.path} (the first: {missing[0]!r}); was it built from the same "
                         "corpus?")
+
+
+def check_rankers(index: Index, *, bm25: bool = False) -> None:
+    """Refuses, before any model loads, a ranker whose library is missing (the retrieval extra):
+    the index's approximate graph (loaded and verified here) and the BM25 baseline."""
+    if index.has_approximate:
+        index.approximate_index()
+    if bm25:
+        bm25_baseline.libraries()
 
 
 def evaluate(index: Index, queries: Sequence[Query], model, *, bm25: bool = False,

@@ -138,6 +138,8 @@ def build(model_path: str, corpus_path: str, output: str, load_model: ModelLoade
     output_dir.check_target(output, overwrite=overwrite, kind=INDEX_KIND,
                             sources=(model_path, corpus_path))
     check_choice("pooling", pooling, POOLINGS, unknown=True)
+    if with_approximate:
+        approximate.library()  # no FAISS: refused before anything is read or embedded
     documents = read_corpus(corpus_path)
     model = load_model(model_path, None)
     if standardizer is not None:  # refused before any output exists if not of this model
