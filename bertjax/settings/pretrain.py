@@ -6,11 +6,12 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from bertjax.data.inputs import BOOKS_INPUT, DEMO_INPUT
+from bertjax.data.inputs import NAMED_INPUTS
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
 from bertjax.core.errors import UserError
+from bertjax.model.config import ENCODER_DEFAULTS
 from bertjax.settings import electra
 from bertjax.settings.config_keys import Section, fields_of, strict
 from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
@@ -48,7 +49,7 @@ class CorpusSettings:
     # An existing vocabulary (vocab.txt, spm .model, or a tokenizer directory); empty trains one.
     tokenizer: str = ""
     tokenizer_type: str = "wordpiece"  # wordpiece | sentencepiece | bpe (when training one)
-    vocab_size: int = 30522
+    vocab_size: int = ENCODER_DEFAULTS["vocab_size"]  # BERT's 30,522
     lowercase: bool = True
     short_seq_prob: float = 0.1
     # objective roberta: keep the documents packed into a row apart (each attends to itself only,
@@ -66,9 +67,8 @@ class CorpusSettings:
         raw = self.input.strip()
         if not raw:
             raise UserError("no corpus: set --config.data.input to text files, a directory, a "
-                            f"glob or tfds:NAME (or {DEMO_INPUT} for the demo corpus, "
-                            f"{BOOKS_INPUT} for it plus public-domain books)")
-        if raw in (DEMO_INPUT, BOOKS_INPUT):
+                            f"glob or tfds:NAME (or a demo corpus: {', '.join(NAMED_INPUTS)})")
+        if raw in NAMED_INPUTS:
             return [raw], "sentences"  # the demo corpora are written in this layout
         return [part.strip() for part in raw.split(",") if part.strip()], self.input_format
 
