@@ -177,9 +177,11 @@ def doc_windows(total: int, size: int, stride: int) -> list[tuple[int, int]]:
 
 @dataclasses.dataclass(frozen=True)
 class QASettings:
-    max_seq_len: int = 384
-    doc_stride: int = 128
-    max_query_length: int = 64
+    """The QA task's lengths (its TaskSettings', from the data section)."""
+
+    max_seq_len: int
+    doc_stride: int
+    max_query_length: int
     training: bool = False
 
 

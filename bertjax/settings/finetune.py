@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from bertjax.core import length_buckets
 from bertjax.core.errors import UserError
 from bertjax.finetune import cloze
 from bertjax.finetune.distillation import DistillSettings
@@ -14,7 +13,8 @@ from bertjax.finetune.methods import MethodSettings
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.settings import distill, methods
-from bertjax.settings.config_keys import Section, fields_of, strict
+from bertjax.settings.config_keys import fields_of, strict
+from bertjax.settings.finetune_sections import FinetuneData, FinetuneOptions, TrainSettings
 from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
 from bertjax.train.optimizer import OptimizerConfig
 
@@ -37,24 +37,6 @@ class DataSettings:
     def source(self, path: str, *, labeled: bool, regression: bool) -> Source:
         return Source(path, self.format, self.columns, labeled=labeled, regression=regression,
                       tfds_data_dir=self.tfds_data_dir)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainSettings:
-    epochs: int
-    steps: int
-    batch_size: int
-    eval_batch_size: int
-    accumulation_steps: int
-    seed: int
-    restarts: int
-    log_every: int
-    checkpoint_every: int
-    bucket_multiple: int  # batches cut to multiples of this many tokens; 0: max_seq_len
-    packing: bool = False  # training rows packed with several sequences (finetune.packing)
-
-    def buckets(self, max_seq_len: int) -> tuple[int, ...]:
-        return length_buckets.bucket_lengths(self.bucket_multiple, max_seq_len)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +74,8 @@ def read(config, *, require_data: bool = True) -> FinetuneSettings:
     if config.mode not in MODES:
         raise UserError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
     task_class(config.task)  # an unknown task name is refused by name
-    d, f = config.data, config.finetune
+    d = FinetuneData(**fields_of(FinetuneData, config.data, "data"))
+    f = FinetuneOptions(**fields_of(FinetuneOptions, config.finetune, "finetune"))
     data = _data(d, config.task)
     train = _train(config.train)
     if require_data and config.mode == "train" and not (data.train and data.eval):
@@ -104,7 +87,7 @@ def read(config, *, require_data: bool = True) -> FinetuneSettings:
         raise UserError(f"finetune.reinit_top_layers must be >= 0, got {f.reinit_top_layers}")
     method = methods.read(f)
     _check_method(method, config.task, f.freeze_encoder, d.max_seq_len)
-    task = _task_settings(config, method)
+    task = _task_settings(d, f, train, method)
     if config.task == "finetune_retrieval":
         _check_retrieval(d, f)
     if config.task == "finetune_qa" and d.max_seq_len - d.max_query_length - 3 < 1:
@@ -139,7 +122,7 @@ def read(config, *, require_data: bool = True) -> FinetuneSettings:
     return result
 
 
-def _data(d: Section, task: str) -> DataSettings:
+def _data(d: FinetuneData, task: str) -> DataSettings:
     data = DataSettings(
         train=d.train.strip(), eval=d.eval.strip(), predict=d.predict.strip(),
         format=d.format.strip(),
@@ -157,17 +140,16 @@ def _data(d: Section, task: str) -> DataSettings:
     return data
 
 
-def _train(t: Section) -> TrainSettings:
-    train = TrainSettings(t.epochs, t.steps, t.batch_size, t.eval_batch_size or t.batch_size,
-                          t.accumulation_steps, t.seed, t.restarts, t.log_every,
-                          t.checkpoint_every, t.bucket_multiple, t.packing)
+def _train(section) -> TrainSettings:
+    train = TrainSettings(**fields_of(TrainSettings, section, "train"))
+    train = dataclasses.replace(train, eval_batch_size=train.eval_batch_size or train.batch_size)
     _check_train(train)
     return train
 
 
-def _task_settings(config: Section, method: MethodSettings) -> TaskSettings:
+def _task_settings(d: FinetuneData, f: FinetuneOptions, train: TrainSettings,
+                   method: MethodSettings) -> TaskSettings:
     """What the task's features, model and decoding take from the data and finetune sections."""
-    d, f = config.data, config.finetune
     labels = tuple(x.strip() for x in d.labels.split(",") if x.strip())
     positive = d.positive_label.strip()
     if positive and labels and positive not in labels:
@@ -176,7 +158,7 @@ def _task_settings(config: Section, method: MethodSettings) -> TaskSettings:
     verbalizer = ",".join(f"{label}:{word}" for label, word in
                           cloze.parse_verbalizer(method.verbalizer).items()) if method.cloze else ""
     return TaskSettings(max_seq_len=d.max_seq_len, labels=labels, positive_label=positive,
-                        main_metric=config.train.main_metric, all_subwords=f.label_all_subwords,
+                        main_metric=train.main_metric, all_subwords=f.label_all_subwords,
                         crf=f.crf, doc_stride=d.doc_stride, max_query_length=d.max_query_length,
                         max_answer_length=d.max_answer_length, prompt_length=method.prompt,
                         template=method.template if method.cloze else "", verbalizer=verbalizer,
@@ -221,7 +203,7 @@ def _check_packing(s: FinetuneSettings) -> None:
         raise UserError("train.packing does not work with distillation (the distill section)")
 
 
-def _check_retrieval(d: Section, f: Section) -> None:
+def _check_retrieval(d: FinetuneData, f: FinetuneOptions) -> None:
     if not d.text_pair_column:
         raise UserError("retrieval needs data.text_pair_column (the positive document's column; "
                         "data.text_column is the query's)")
