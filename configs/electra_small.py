@@ -13,13 +13,10 @@ from configs import electra
 def get_config():
     config = electra.get_config()
     config.model.preset = "small"
-    config.schedule.short_seq_len = 128
-    config.schedule.short_max_predictions = 20
-    config.schedule.long_fraction = 0.1       # 128 tokens, then 512 for the last 10%
+    config.schedule.long_fraction = 0.1       # base.py's 128 tokens, then 512 for the last 10%
     config.train.steps = 100_000
     config.train.batch_size = 128
     config.train.checkpoint_every = 5_000
     config.train.eval_every = 5_000
     config.optimizer.learning_rate = 5e-4
-    config.optimizer.warmup_steps = 10_000
     return config

@@ -16,6 +16,5 @@ def get_config():
     config.task = "finetune_token_classification"
     config.data.train = "packaged:tweet_ner:train"
     config.data.eval = "packaged:tweet_ner:dev"
-    config.data.max_seq_len = 128
     config.train.epochs = 4
     return config

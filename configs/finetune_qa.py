@@ -15,13 +15,10 @@ def get_config():
     config.task = "finetune_qa"
     config.data.format = "squad"
     config.data.max_seq_len = 384
-    config.data.doc_stride = 128
-    config.data.max_query_length = 64
-    config.data.max_answer_length = 30
-    # start_end: BERT's start + end logits; span: an MLP over [h_start; h_end; pooled span] of
-    # every candidate span (pooled by finetune.span_pooling: mean | attention)
-    config.finetune.qa_scorer = "start_end"
-    config.finetune.span_pooling = "mean"
+    # The defaults (finetune_base.py): data.doc_stride 128, data.max_query_length 64,
+    # data.max_answer_length 30, and finetune.qa_scorer start_end, BERT's start + end logits;
+    # finetune.qa_scorer=span is an MLP over [h_start; h_end; pooled span] of every candidate
+    # span (pooled by finetune.span_pooling: mean | attention).
     config.optimizer.learning_rate = 5e-5
     config.train.epochs = 2
     return config

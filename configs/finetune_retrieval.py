@@ -33,14 +33,11 @@ def get_config():
     config.data.format = "jsonl"
     config.data.text_column = "query"
     config.data.text_pair_column = "positive"
-    config.data.negative_column = ""
-    config.data.max_seq_len = 128           # documents: the median paragraph rest is ~120 tokens
+    # Documents: data.max_seq_len, the default 128 (the median paragraph rest is ~120 tokens).
     config.data.max_query_length = 48       # queries (one sentence), [CLS] and [SEP] included
-    config.finetune.pooling = "mean"
-    config.finetune.separate_encoders = False
-    config.finetune.temperature = 0.05
+    # finetune.pooling (mean), finetune.separate_encoders (false), finetune.temperature (0.05)
+    # and data.negative_column (none) keep their defaults.
     # More in-batch negatives per query help; 2e-5 as in DPR (Karpukhin et al., 2020).
     config.train.batch_size = 64
     config.optimizer.learning_rate = 2e-5
-    config.train.epochs = 3
     return config

@@ -20,14 +20,12 @@ from configs import finetune_base
 def get_config():
     config = finetune_base.get_config()
     config.task = "finetune_span_classification"
-    config.finetune.span_pooling = "mean"   # mean | attention (a learned score per token)
+    # finetune.span_pooling: mean (the default) | attention (a learned score per token)
     config.data.train = "packaged:tweet_entities:train"
     config.data.eval = "packaged:tweet_entities:dev"
-    config.data.format = ""
+    # The format from the file's extension, and the columns text, start, end and label (start,
+    # end and label are the defaults).
     config.data.text_column = "text"
-    config.data.span_start_column = "start"
-    config.data.span_end_column = "end"
-    config.data.label_column = "label"
     config.data.max_seq_len = 64
     config.train.epochs = 4
     config.train.main_metric = "accuracy"

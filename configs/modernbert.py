@@ -20,8 +20,7 @@ def set_architecture(config) -> None:
     """ModernBERT's architecture on any preset (shared by the large config and small runs)."""
     model = config.model
     model.position_embedding = "rope"
-    model.rope_theta = 160_000.0
-    model.rope_local_theta = 10_000.0
+    model.rope_theta = 160_000.0  # the global layers'; the local ones keep the default 10,000
     model.norm = "pre"
     model.mlp = "geglu"
     model.use_bias = False
@@ -52,16 +51,14 @@ def get_config():
     config.train.batch_size = 4608
     # StableAdamW (update clipping per tensor instead of global-norm clipping), weight decay
     # fully decoupled from the rate as optimi does (hence its small value), warmup-stable-decay
-    # with a 1-sqrt cooldown over the last 10% of the steps.
+    # with a 1-sqrt cooldown over the last 10% of the steps (optimizer.decay_fraction's default).
     config.optimizer.name = "stable_adamw"
     config.optimizer.learning_rate = 8e-4
     config.optimizer.warmup_steps = 3_000
     config.optimizer.b2 = 0.98
-    config.optimizer.eps = 1e-6
     config.optimizer.weight_decay = 1e-5
     config.optimizer.fully_decoupled_weight_decay = True
     config.optimizer.bias_correction = True
     config.optimizer.clip_norm = 0.0
     config.optimizer.decay = "wsd_sqrt"
-    config.optimizer.decay_fraction = 0.1
     return config
