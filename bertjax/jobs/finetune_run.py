@@ -10,7 +10,6 @@ import sys
 import time
 
 import jax
-import numpy as np
 
 from bertjax.core import storage
 from bertjax.core.atomic_files import write_json
@@ -18,7 +17,7 @@ from bertjax.finetune import distillation, evaluation, length_bucketing, readers
 from bertjax.finetune.batches import EpochBatches, process_share
 from bertjax.finetune.packing import PackedBatches
 from bertjax.finetune.schema import abstract_batch
-from bertjax.model import adaptation, prompting
+from bertjax.model import adaptation
 from bertjax.parallel import partitioning
 from bertjax.train import loop, warm_start
 from bertjax.train.checkpoint import Checkpointer
@@ -89,8 +88,26 @@ class FinetuneRun:
 
     def _build_state(self, start):
         """Restores the newest readable checkpoint, or initializes (loading the encoder)."""
-        s, mesh = self.s, self.mesh
+        s = self.s
         model = self.task.model(start.encoder, s.freeze_encoder)
+        optimizer, trains = self._optimizer()
+        template = (self.batches.template if s.train.packing
+                    else self.data.train_features.arrays)
+        shapes = abstract_batch(template, s.train.batch_size,
+                                partitioning.batch_sharding(self.mesh))
+        begun = common.restore_or_init(StatePlan(model, optimizer, shapes, self.mesh, self.seed),
+                                       self.checkpointer, self._warm_start(start))
+        self._begin(begun)
+        self._report_start(trains)
+        self.compiled = {}
+        if self.total:
+            self._prepare_step(model, optimizer, trains, begun, shapes)
+        return model, begun.shardings
+
+    def _optimizer(self):
+        """The run's optimizer, and `trains`: the predicate of the parameters a method that
+        freezes the base model trains (None: what the optimizer's own freezing leaves)."""
+        s = self.s
         optimizer = make_optimizer(s.optimizer_config(max(self.total, 1)))
         if s.freeze_encoder or s.method.prompt:  # a soft prompt trains only itself and the head
             optimizer = freeze_encoder(optimizer)
@@ -98,24 +115,34 @@ class FinetuneRun:
         if s.method.freezes_base:
             trains = functools.partial(adaptation.trains, method=s.method.name, fresh=self.fresh)
             optimizer = train_only(optimizer, trains)
-        template = (self.batches.template if s.train.packing
-                    else self.data.train_features.arrays)
-        shapes = abstract_batch(template, s.train.batch_size, partitioning.batch_sharding(mesh))
-        warm = None
-        if start.source is not None and start.source.params is not None:
-            def warm(params, shardings):
-                params = warm_start.load_encoder(
-                    s.init_checkpoint, start.source.params, params, shardings,
-                    s.reinit_top_layers, start.encoder.num_layers,
-                    trained_pooler=warm_start.pooler_was_trained(
-                        start.source.heads, start.source.record.get("initialized", [])),
-                    heads=("mlm",) if s.method.cloze else (),
-                    encoders=self.task.encoder_subtrees())
-                if s.method.prompt:
-                    params = _vocabulary_prompt(params, shardings, start.tokenizer, self.seed)
-                return params
-        begun = common.restore_or_init(StatePlan(model, optimizer, shapes, mesh, self.seed),
-                                       self.checkpointer, warm)
+        return optimizer, trains
+
+    def _warm_start(self, start):
+        """How a fresh state's parameters load the starting point's encoder (None: there is no
+        starting point, the parameters are initialized only)."""
+        s = self.s
+        if start.source is None or start.source.params is None:
+            return None
+
+        def warm(params, shardings):
+            params = warm_start.load_encoder(
+                s.init_checkpoint, start.source.params, params, shardings,
+                s.reinit_top_layers, start.encoder.num_layers,
+                trained_pooler=warm_start.pooler_was_trained(
+                    start.source.heads, start.source.record.get("initialized", [])),
+                heads=("mlm",) if s.method.cloze else (),
+                encoders=self.task.encoder_subtrees())
+            if s.method.prompt:
+                params = warm_start.vocabulary_prompt(params, shardings, start.tokenizer,
+                                                      self.seed)
+            return params
+
+        return warm
+
+    def _begin(self, begun) -> None:
+        """The state begun (restored or initialized): a resumed run's record and metrics log
+        taken up at its step, and the count of trainable parameters."""
+        s = self.s
         self.state, self.start_step = begun.state, begun.step
         if begun.step:
             self.record.update({k: begun.saved[k] for k in self.record if k in begun.saved})
@@ -125,33 +152,36 @@ class FinetuneRun:
         self.trainable = param_count(self.state.params) - (
             param_count(self.state.params["encoder"])
             if s.freeze_encoder or s.method.prompt else 0)
-        if self.is_main:
-            d = self.data
-            readers.report_counts(s.data.train, d.counted["train"])
-            readers.report_counts(s.data.eval, d.counted["eval"])
-            print(f"{s.task} ({s.method.name}): {len(d.train_examples)} training examples "
-                  f"({len(d.train_features)} rows), {len(d.eval_examples)} dev; "
-                  f"{_parameters(self.state.params, trains, self.trainable)}; "
-                  f"{self.total} steps ({self.steps_per_epoch} per epoch); mesh "
-                  f"{dict(mesh.shape)}", file=sys.stderr)
-        self.compiled = {}
-        if self.total:
-            self._train_step = make_train_step(model, optimizer, mesh, begun.shardings,
-                                               accumulation_steps=s.train.accumulation_steps,
-                                               objective=self.objective, trains=trains)
-            self._abstract, self._shapes = begun.abstract, shapes
-            if self.is_main and self.batches.buckets:
-                bucketed, unbucketed = self.batches.padding()
-                print(f"length buckets {'/'.join(map(str, self.batches.buckets))}: "
-                      f"{bucketed:.2f} padding tokens per real token ({unbucketed:.2f} all "
-                      f"padded to {s.task_settings.max_seq_len}); first epoch's batch lengths "
-                      f"{', '.join(map(str, self.batches.lengths_used()))}", file=sys.stderr)
-            if s.train.packing:
-                self._report_packing()
-            # The longest bucket first: the step with the largest memory, refused before any
-            # training if it does not fit.
-            self._compiled_for(self.batches.length_bound())
-        return model, begun.shardings
+
+    def _report_start(self, trains) -> None:
+        if not self.is_main:
+            return
+        s, d = self.s, self.data
+        readers.report_counts(s.data.train, d.counted["train"])
+        readers.report_counts(s.data.eval, d.counted["eval"])
+        print(f"{s.task} ({s.method.name}): {len(d.train_examples)} training examples "
+              f"({len(d.train_features)} rows), {len(d.eval_examples)} dev; "
+              f"{_parameters(self.state.params, trains, self.trainable)}; "
+              f"{self.total} steps ({self.steps_per_epoch} per epoch); mesh "
+              f"{dict(self.mesh.shape)}", file=sys.stderr)
+
+    def _prepare_step(self, model, optimizer, trains, begun, shapes) -> None:
+        """The train step, compiled first for the longest bucket: the step with the largest
+        memory, refused before any training if it does not fit."""
+        s = self.s
+        self._train_step = make_train_step(model, optimizer, self.mesh, begun.shardings,
+                                           accumulation_steps=s.train.accumulation_steps,
+                                           objective=self.objective, trains=trains)
+        self._abstract, self._shapes = begun.abstract, shapes
+        if self.is_main and self.batches.buckets:
+            bucketed, unbucketed = self.batches.padding()
+            print(f"length buckets {'/'.join(map(str, self.batches.buckets))}: "
+                  f"{bucketed:.2f} padding tokens per real token ({unbucketed:.2f} all "
+                  f"padded to {s.task_settings.max_seq_len}); first epoch's batch lengths "
+                  f"{', '.join(map(str, self.batches.lengths_used()))}", file=sys.stderr)
+        if s.train.packing:
+            self._report_packing()
+        self._compiled_for(self.batches.length_bound())
 
     def _report_packing(self) -> None:
         b, max_len = self.batches, self.s.task_settings.max_seq_len
@@ -270,17 +300,3 @@ def _training_batches(s, data, seed: int, index: int, count: int):
     return EpochBatches(arrays, s.train.batch_size, seed, process_index=index,
                         process_count=count, buckets=s.train.buckets(max_len))
 
-
-def _vocabulary_prompt(params, shardings, tokenizer, seed: int):
-    """The soft prompt started as the loaded embeddings of sampled vocabulary words."""
-    special = set(tokenizer.special.as_array().tolist())
-    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
-    length = params[prompting.PROMPT]["embeddings"].shape[0]
-    ids = prompting.prompt_token_ids(tokens, special, length, seed)
-    words = np.asarray(jax.device_get(params["encoder"]["embeddings"]["word_embeddings"]))
-    vectors = jax.device_put(words[ids].astype(words.dtype),
-                             shardings[prompting.PROMPT]["embeddings"])
-    if jax.process_index() == 0:
-        print(f"the soft prompt starts as the embeddings of {', '.join(tokenizer.tokens(ids[:8]))}"
-              f"{' ...' if len(ids) > 8 else ''}", file=sys.stderr)
-    return {**params, prompting.PROMPT: {"embeddings": vectors}}

@@ -21,7 +21,7 @@ import numpy as np
 from flax import traverse_util
 
 from bertjax.core.errors import UserError
-from bertjax.model import adaptation, layout
+from bertjax.model import adaptation, layout, prompting
 
 UNTRAINED_POOLER = "encoder/pooler"
 
@@ -153,3 +153,18 @@ def reinitialize_top_layers(loaded: Any, fresh: Any, shardings: Any, k: int,
 def _summarize(paths: list[str], limit: int = 6) -> list[str]:
     tops = sorted({"/".join(p.split("/")[:2]) for p in paths})
     return tops[:limit] + ([f"... ({len(tops) - limit} more)"] if len(tops) > limit else [])
+
+
+def vocabulary_prompt(params, shardings, tokenizer, seed: int):
+    """The soft prompt started as the loaded embeddings of sampled vocabulary words."""
+    special = set(tokenizer.special.as_array().tolist())
+    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+    length = params[prompting.PROMPT]["embeddings"].shape[0]
+    ids = prompting.prompt_token_ids(tokens, special, length, seed)
+    words = np.asarray(jax.device_get(params["encoder"]["embeddings"]["word_embeddings"]))
+    vectors = jax.device_put(words[ids].astype(words.dtype),
+                             shardings[prompting.PROMPT]["embeddings"])
+    if jax.process_index() == 0:
+        print(f"the soft prompt starts as the embeddings of {', '.join(tokenizer.tokens(ids[:8]))}"
+              f"{' ...' if len(ids) > 8 else ''}", file=sys.stderr)
+    return {**params, prompting.PROMPT: {"embeddings": vectors}}
