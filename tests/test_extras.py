@@ -5,6 +5,7 @@ missing one stops with one stderr line, exit status 2, naming the `pip install` 
 Each command runs in this process with the extra's module made unimportable (None in sys.modules);
 one runs in a process of its own, as a user starts it."""
 
+import ast
 import configparser
 import json
 import os
@@ -80,6 +81,24 @@ def run_cli(module, argv, capsys):
         code = e.code
     out, err = capsys.readouterr()
     return code, out, err
+
+
+def test_an_extra_is_imported_only_through_extras_require():
+    """No import statement names an extra's module: each goes through bertjax.core.extras, the
+    one place that turns its absence into the one-line refusal."""
+    optional = {m for modules in EXTRAS.values() for m in modules}
+    found = []
+    for directory, _, files in os.walk(os.path.join(REPO, "bertjax")):
+        for file in (f for f in files if f.endswith(".py")):
+            path = os.path.join(directory, file)
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                found += [f"{os.path.relpath(path, REPO)}:{node.lineno}: {name}"
+                          for name in names if name.split(".")[0] in optional]
+    assert not found, found
 
 
 def _refused(code, err, extra):
