@@ -11,7 +11,8 @@ DEMO_WORKDIR ?= workdir/demo
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 # What the fast tier leaves to `make test-all` (the markers are described in setup.cfg).
-FULL_TIER_ONLY = slow or tpu_compile or gcs or multiprocess or benchmark or notebook or tfds
+FULL_TIER_ONLY = slow or tpu_compile or gcs or multiprocess or benchmark or notebook or tfds \
+	or system_packages
 
 .PHONY: demo test test-all install install-test install-all clean-venv
 

@@ -6,17 +6,10 @@ import os
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Before jax is imported anywhere: 8 CPU devices let one machine test (data, fsdp, tensor) meshes.
-# XLA's CPU compiler is most of this suite's time (about 2,600 distinct programs, cold). Its fusion
-# emitters build each fused kernel through MLIR, which costs more to compile than it gains a tiny
-# model; without them, and with the least optimization (compile_effort.py), a tiny fine-tuning
-# run's 6 programs compile in 1.7 s instead of 4.0 s with both at -O1. Tests marked `optimized`
-# compile at LLVM -O1 (not -O3: 3.7 s instead of 4.8 s for a run's steps, which run no slower).
-# Each program's LLVM module is compiled in one piece rather than split over XLA's thread pool:
-# with both cores busy with the two workers, splitting only adds work (a tiny classifier's step,
-# unoptimized: 0.93-0.97 s of CPU against 1.12-1.18 s).
-# XLA asks for no fast math at any level, yet results are not bit-identical across levels (a tiny
-# model's initial parameters at -O0 differ from -O1's by up to 7.5e-9): tests compare runs made at
-# one level.
+# Compiling is most of the suite's time, so tests compile with little optimization: no MLIR fusion
+# emitters, LLVM -O1 (tests marked `optimized` too; the rest at the least optimization,
+# compile_effort.py), each module in one piece (both cores are busy with the two workers).
+# Results are not bit-identical across levels: tests compare runs made at one level.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
                                    "--xla_backend_optimization_level=1 "
                                    "--xla_cpu_use_fusion_emitters=false "
@@ -26,17 +19,14 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 "
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("BERTJAX_CACHE", os.path.join(REPO, ".cache"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Most of the suite's time is compiling, and many tests compile the same steps (the tiny runs,
-# their resumes, the processes tests start): one persistent cache, in the environment so that
-# every child process shares it too. Every compile is kept (CPU compiles are short but many),
-# and it lives in the repository's .cache/ so a second `make test` starts warm.
+# One persistent compilation cache for the suite and the processes its tests start (set in the
+# environment), kept in the repository's .cache/ so that a second run starts warm.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(REPO, ".cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-# No size limit: with one, JAX rescans every entry on each write (most of a worker's time,
-# measured with py-spy). Without its lock, a process may read an entry another is still writing;
-# JAX then compiles afresh and warns. That warning is about the suite's shared cache, not the
-# code under test, and must not become a second stderr line in a child process.
+# No size limit (with one, JAX rescans every entry on each write) and so no lock: a process may
+# read an entry another is still writing; JAX then compiles afresh and warns. That warning is about
+# the suite's cache, not the code under test, and must not become a child process's stderr line.
 CACHE_RACE_WARNING = "Error reading persistent compilation cache entry"
 os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
                                                       f"ignore:{CACHE_RACE_WARNING}"]))

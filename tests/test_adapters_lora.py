@@ -99,6 +99,7 @@ def majority_accuracy() -> float:
 
 
 @pytest.mark.parametrize("run", ["lora_run", "adapter_run"])
+@pytest.mark.slow
 def test_each_method_learns_above_the_majority_class(run, request):
     workdir = request.getfixturevalue(run)
     with open(os.path.join(workdir, "results.json")) as f:
@@ -114,6 +115,7 @@ def test_each_method_learns_above_the_majority_class(run, request):
 
 
 @pytest.mark.parametrize("run", ["lora_run", "adapter_run"])
+@pytest.mark.slow
 def test_base_weights_are_bit_identical_after_training(run, request, base_dir):
     workdir = request.getfixturevalue(run)
     method = run.split("_")[0]
@@ -139,6 +141,7 @@ def state_bytes(tree) -> int:
 
 
 @pytest.mark.parametrize("run", ["lora_run", "adapter_run"])
+@pytest.mark.slow
 def test_optimizer_state_exists_only_for_trainable_parameters(run, request):
     workdir = request.getfixturevalue(run)
     method = run.split("_")[0]
@@ -170,6 +173,7 @@ def logits_of(model, params, batch) -> np.ndarray:
     return np.asarray(SequenceClassifier(model, 2).apply({"params": params}, batch)["logits"])
 
 
+@pytest.mark.slow
 def test_lora_merged_into_the_base_is_a_plain_bert_with_the_same_outputs(lora_run, tmp_path,
                                                                        capsys):
     out = str(tmp_path / "hf")
@@ -202,6 +206,7 @@ def test_lora_merged_into_the_base_is_a_plain_bert_with_the_same_outputs(lora_ru
     assert not os.path.exists(tmp_path / "unmerged")
 
 
+@pytest.mark.slow
 def test_adapters_export_holds_the_trained_parameters_and_loads_onto_its_base(
         adapter_run, base_dir, minilm_dir, tmp_path, capsys):
     out = str(tmp_path / "adapters")
@@ -229,6 +234,7 @@ def test_adapters_export_holds_the_trained_parameters_and_loads_onto_its_base(
     assert_one_line_error(code, err, "adapter run", "no Hugging Face BERT counterpart")
 
 
+@pytest.mark.slow
 def test_lora_adds_nothing_at_init_and_both_methods_agree_across_layouts():
     """LoRA starts as the base model exactly (b = 0), adapters nearly (up-projection near 0);
     scanned and per-layer layouts, with and without remat, compute the same."""
@@ -297,6 +303,7 @@ def test_bad_settings_are_one_line_and_write_nothing(tmp_path, capsys, base_dir)
                       "finetune.lora_rank": 200})
 
 
+@pytest.mark.slow
 def test_a_lora_workdir_refuses_another_method(lora_run, base_dir, capsys):
     """Refused once the task's labels are known (the data is read first), before any write."""
     before = sorted(os.listdir(lora_run))
@@ -307,6 +314,7 @@ def test_a_lora_workdir_refuses_another_method(lora_run, base_dir, capsys):
     assert sorted(os.listdir(lora_run)) == before
 
 
+@pytest.mark.slow
 def test_an_adapter_checkpoint_starts_no_run_that_would_drop_its_adapters(
         adapter_run, tmp_path, capsys):
     expect_refusal(tmp_path, capsys, adapter_run, ["has adapters", "method=lora would drop"],

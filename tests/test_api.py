@@ -27,6 +27,7 @@ SENTENCES = ["The cat sat on the mat.", "A very long sentence " + "with many wor
              "The bank of the river was muddy after the rain."]
 
 
+@pytest.mark.slow
 def test_all_layers_are_the_same_with_scan_and_with_a_loop(pretrained):
     _, params = pretrained
     encoder_params = params["encoder"]
@@ -57,6 +58,7 @@ def test_buckets_keep_shapes_few_and_results_independent_of_the_batch(pretrained
     assert together.truncated == 1  # the long sentence is cut to the 64 positions
 
 
+@pytest.mark.slow
 def test_poolings_and_layer_selection_follow_the_token_states(pretrained):
     workdir, _ = pretrained
     model = bertjax.load(workdir)
@@ -85,6 +87,7 @@ def test_poolings_and_layer_selection_follow_the_token_states(pretrained):
     np.testing.assert_allclose(words[1], states.hidden[0, 2:2 + pieces].mean(0), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fill_mask_is_the_mlm_head_at_the_mask(pretrained):
     workdir, params = pretrained
     model = bertjax.load(workdir)

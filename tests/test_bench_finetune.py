@@ -10,6 +10,8 @@ import pytest
 
 from pretrain_runs import CHILD_XLA_FLAGS
 
+pytestmark = pytest.mark.benchmark
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

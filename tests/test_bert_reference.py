@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from transformers import BertConfig, BertForPreTraining
 
@@ -50,6 +51,7 @@ def test_the_masked_slot_loss_is_transformers_own():
     assert abs(figures["loss"] - ours.item()) < 1e-5
 
 
+@pytest.mark.slow
 def test_twenty_steps_coincide_with_transformers(tmp_path, small_corpus_dir):
     out = tmp_path / "out"
     done = subprocess.run(

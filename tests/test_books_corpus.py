@@ -46,6 +46,7 @@ def documents(text):
     return [block.split("\n") for block in text.rstrip("\n").split("\n\n")]
 
 
+@pytest.mark.system_packages
 def test_sources_and_their_sizes(corpus):
     text, counts = corpus
     assert list(counts) == list(EXPECTED)
@@ -58,6 +59,7 @@ def test_sources_and_their_sizes(corpus):
     assert text.count("\n") - text.count("\n\n") == sum(c["sentences"] for c in counts.values())
 
 
+@pytest.mark.system_packages
 def test_documents_are_chapters_and_books_of_the_bible(corpus):
     docs = documents(corpus[0])
     firsts = [d[0] for d in docs]
@@ -75,6 +77,7 @@ def test_documents_are_chapters_and_books_of_the_bible(corpus):
     assert docs[-1][-1].endswith("only found another orphan.")  # Moby Dick's epilogue, last
 
 
+@pytest.mark.system_packages
 def test_no_headings_verse_numbers_markup_or_licence_text(corpus):
     text, counts = corpus
     assert all(line == line.strip() for line in text.split("\n"))
@@ -90,6 +93,7 @@ def test_no_headings_verse_numbers_markup_or_licence_text(corpus):
         assert not found, (pattern, found[:3])
 
 
+@pytest.mark.system_packages
 def test_the_name_is_an_input_in_the_sentences_layout(corpus):
     path = books_corpus.books_corpus_path()
     assert inputs.resolve_inputs([inputs.BOOKS_INPUT]) == [path]
@@ -129,6 +133,7 @@ def test_an_unfetchable_package_is_one_clear_line(tmp_path, monkeypatch):
     assert not (tmp_path / "out" / books_corpus.BOOKS_FILE).exists()
 
 
+@pytest.mark.system_packages
 def test_the_books_alone_are_books_and_wiki_less_the_articles(corpus, tmp_path):
     text, counts = corpus
     path = tmp_path / "books.txt"

@@ -8,12 +8,15 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import scipy.sparse
 
 from pretrain_runs import REPO, child_env
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import budget_baselines  # noqa: E402
+
+pytestmark = pytest.mark.benchmark
 
 
 def run_script(path: str, *args, **kwargs) -> subprocess.CompletedProcess:

@@ -1,7 +1,6 @@
 """The command-line layer as a whole: every documented `python -m bertjax.X` command answers
 --help with its usage and exit status 0, refuses a bad flag in exactly one stderr line with exit
-status 2, and re-executes itself (for huge pages) only when it is the program, never when a test
-or a program imports it."""
+status 2."""
 
 import os
 import re

@@ -124,6 +124,7 @@ def test_template_and_verbalizer_featurization_is_exact(tokenizer_dir):
         tok.token_to_id("bad"), tok.token_to_id("good"))
 
 
+@pytest.mark.slow
 def test_soft_prompt_vectors_act_exactly_like_tokens_in_their_slots(pretrained, tokenizer_dir):
     _, params, cfg = pretrained
     tok = load_tokenizer(tokenizer_dir)
@@ -163,6 +164,7 @@ def zero_shot(tmp_path_factory, pretrained):
     return workdir
 
 
+@pytest.mark.slow
 def test_zero_shot_scores_are_the_pretrained_mlm_heads_logits_at_the_mask(zero_shot, pretrained,
                                                                             tokenizer_dir):
     _, params, cfg = pretrained
@@ -191,6 +193,7 @@ def test_zero_shot_scores_are_the_pretrained_mlm_heads_logits_at_the_mask(zero_s
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_few_shot_cloze_trains_the_whole_model_and_predicts(tmp_path, pretrained):
     workdir = str(tmp_path / "few")
     assert finetune(workdir, **{"init_checkpoint": pretrained[0], "finetune.method": "cloze",
@@ -225,6 +228,7 @@ def test_few_shot_cloze_trains_the_whole_model_and_predicts(tmp_path, pretrained
 
 
 @pytest.mark.parametrize("verbalizer", ["", VERBALIZER])
+@pytest.mark.slow
 def test_soft_prompt_trains_with_the_encoder_bit_identical(tmp_path, pretrained, verbalizer):
     workdir = str(tmp_path / "prompt")
     assert finetune(workdir, **{"init_checkpoint": pretrained[0],

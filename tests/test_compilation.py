@@ -48,6 +48,7 @@ def test_compile_step_reports_memory_and_refuses_a_step_that_does_not_fit(capsys
     assert "device memory unknown" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_run_that_does_not_fit_is_refused_before_its_first_step(tmp_path, small_corpus_dir):
     workdir = tmp_path / "wd"
     settings = {"data.prepared": small_corpus_dir, "data.workers": 0, "train.steps": 4,

@@ -21,9 +21,7 @@ from bertjax.settings import pretrain as pretrain_settings
 from configs import tiny
 
 # Optimized: the reports must be those of the programs a user's `bertjax.compile` builds.
-pytestmark = [pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                 reason="libtpu missing: pip install -e '.[tpu]'"),
-              pytest.mark.optimized]
+pytestmark = [pytest.mark.tpu_compile, pytest.mark.optimized]
 
 
 # The smallest step that still has every part: configs/tiny.py (2 layers, H=128), one phase of

@@ -218,6 +218,7 @@ def run_main_in_child(args):
                                 cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_a_converted_model_starts_pretraining_with_its_own_shape_and_exports_again(
         tmp_path, capsys, small_corpus_dir):
     # A model over the small corpus's own vocabulary, of a shape no preset has.

@@ -86,6 +86,7 @@ def test_tagging_loss_is_per_labelled_token():
     assert loss_of(objective, outputs, batch(changed)) == pytest.approx(got, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_alpha_zero_is_plain_fine_tuning_exactly():
     config = preset("tiny", vocab_size=60, num_layers=1, hidden_size=32, num_heads=2,
                     intermediate_size=64, hidden_dropout=0.1, attention_dropout=0.1)
@@ -132,6 +133,7 @@ def distill(workdir, teacher, **settings):
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_a_student_of_the_first_layer_learns_from_the_teacher(teacher_run, tmp_path, capsys):
     student = str(tmp_path / "student")
     capsys.readouterr()
@@ -157,6 +159,7 @@ def test_a_student_of_the_first_layer_learns_from_the_teacher(teacher_run, tmp_p
     assert count(s_model) < count(t_model)
 
 
+@pytest.mark.slow
 def test_a_tagger_is_distilled_per_labelled_token(tmp_path, finetune_vocab_dir):
     """The token-classification path through the job: the teacher's [rows, L, tags] logits are
     cached and the student trains on them (learning itself: the objective's tests above)."""
@@ -183,6 +186,7 @@ def test_a_tagger_is_distilled_per_labelled_token(tmp_path, finetune_vocab_dir):
 @pytest.mark.parametrize("case", ["alpha", "temperature", "not_finetuned", "task", "labels",
                                   "regression", "too_many_layers", "layers_and_init", "crf",
                                   "vocabulary", "no_teacher"])
+@pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(case, teacher_run, finetune_vocab_dir, tmp_path,
                                           capsys, minilm_dir):
     other = tmp_path / "other.tsv"

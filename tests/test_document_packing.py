@@ -67,6 +67,7 @@ def test_batches_carry_pack_ids_and_positions(corpus):
     assert np.array_equal(batch["positions"], positions_in_documents(packs))
 
 
+@pytest.mark.slow
 def test_a_modernbert_run_trains_on_documents_kept_apart(tmp_path, small_corpus_dir):
     """configs/modernbert.py sets data.separate_documents: the job compiles its step for the
     packing fields and trains on them."""

@@ -97,6 +97,7 @@ def tiny_models(generator_hidden=16, scan=True):
     return disc, disc.replace(hidden_size=generator_hidden, num_heads=1, intermediate_size=40)
 
 
+@pytest.mark.slow
 def test_the_discriminator_reads_the_generators_samples():
     disc, gen = tiny_models()
     model = ElectraForPretraining(disc, gen)
@@ -160,6 +161,7 @@ def test_bad_electra_configs_exit_2_with_one_line(tmp_path, capsys, overrides, m
     assert not workdir.exists() and not (tmp_path / "no-corpus").exists()
 
 
+@pytest.mark.slow
 def test_a_sharded_step_equals_the_one_device_step():
     """(data, fsdp, tensor) = (2, 2, 2) against one device, dropout and sampling on: the
     replacement, the one-hot scatter and the RTD sums shard like the rest of the step."""

@@ -55,6 +55,7 @@ SHAPES = [  # discriminator hidden, heads, layers; generator hidden, heads, inte
 
 
 @pytest.mark.parametrize("hidden,heads,layers,g_hidden,g_heads,g_inter,scan", SHAPES)
+@pytest.mark.slow
 def test_exported_electra_matches_transformers(tmp_path, hidden, heads, layers, g_hidden,
                                                g_heads, g_inter, scan):
     disc = preset("tiny", vocab_size=V, hidden_size=hidden, num_heads=heads, num_layers=layers,
@@ -104,6 +105,7 @@ def test_exported_electra_matches_transformers(tmp_path, hidden, heads, layers, 
     assert np.abs(rtd_hf[real]).max() > 0.1  # not a degenerate comparison
 
 
+@pytest.mark.slow
 def test_the_training_loss_and_its_gradients_are_transformers(monkeypatch):
     """One training step's loss (MLM + 50 * RTD, the generator's samples in place) and the
     gradient of every parameter, ours against transformers' ELECTRA holding the same values with

@@ -51,6 +51,7 @@ def straight_run(tmp_path_factory, small_corpus_dir):
     return workdir
 
 
+@pytest.mark.slow
 def test_a_run_logs_generator_and_discriminator_metrics(straight_run):
     records = read_metrics(straight_run)
     train = [r for r in records if "loss" in r]
@@ -72,6 +73,7 @@ def test_a_run_logs_generator_and_discriminator_metrics(straight_run):
     assert record["heads"]["electra"]["generator"]["num_heads"] == 1
 
 
+@pytest.mark.slow
 def test_exact_resume_after_sigkill_across_the_length_switch(straight_run, tmp_path,
                                                              small_corpus_dir):
     resumed = str(tmp_path / "resumed")
@@ -92,6 +94,7 @@ def test_exact_resume_after_sigkill_across_the_length_switch(straight_run, tmp_p
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_runs_hugging_face_export_computes_what_the_run_does(straight_run, tmp_path):
     out = str(tmp_path / "hf")
     notes = export.export(straight_run, "hf", out)
@@ -135,6 +138,7 @@ def test_the_runs_hugging_face_export_computes_what_the_run_does(straight_run, t
     np.testing.assert_allclose(mlm, mlm_hf, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_fine_tuning_starts_from_the_discriminator(straight_run, capsys):
     source = loading.load(straight_run)
     assert source.encoder.hidden_size == 128  # the discriminator's, not the generator's 32

@@ -75,6 +75,7 @@ def short_model(minilm):
     return Model(minilm.loaded, max_seq_len=SHORT)
 
 
+@pytest.mark.slow
 def test_mean_pooled_normalized_embeddings_equal_transformers(short_model, hf, sentences, capsys):
     capsys.readouterr()
     ours = short_model.embed(sentences, pooling="mean", normalize=True)
@@ -99,6 +100,7 @@ def test_every_layer_equals_transformers_hidden_states(short_model, hf, sentence
         np.testing.assert_allclose(item.hidden, states[:, row, :length], **TOL)
 
 
+@pytest.mark.slow
 def test_cls_max_and_last4_mean_poolings_equal_numpy_over_transformers_states(
         short_model, hf, sentences):
     states, mask = hf_states(hf, sentences, SHORT)
@@ -110,6 +112,7 @@ def test_cls_max_and_last4_mean_poolings_equal_numpy_over_transformers_states(
                                    err_msg=pooling)
 
 
+@pytest.mark.slow
 def test_minilm_similarity_on_lee_tracks_human_ratings_better_than_tfidf(minilm, hf):
     corpus = lee.load()
     truncated = minilm.truncated
@@ -174,6 +177,7 @@ def tiny_dir(tmp_path_factory, bert_vocab_path):
                        bert_vocab_path)
 
 
+@pytest.mark.slow
 def test_the_weights_are_an_argument_of_each_compiled_function_not_a_constant(tiny_dir):
     """Closed over, the weights would be constants of every compiled function (each pooling,
     head and bucket shape compiling and caching its own copy)."""

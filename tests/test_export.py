@@ -115,6 +115,7 @@ SHAPES = [  # hidden, heads, intermediate, layers, scan, token types
 
 
 @pytest.mark.parametrize("hidden,heads,intermediate,layers,scan,token_types", SHAPES)
+@pytest.mark.slow
 def test_hf_export_loads_in_transformers_computes_the_same_and_converts_back_bit_for_bit(
         tmp_path, capsys, tokenizer_dir, bert_vocab_path, hidden, heads, intermediate, layers,
         scan, token_types):
@@ -154,6 +155,7 @@ def test_hf_export_loads_in_transformers_computes_the_same_and_converts_back_bit
     assert_same_tree(loading.load(back).params, params)
 
 
+@pytest.mark.slow
 def test_a_model_without_nsp_exports_as_masked_lm_and_names_what_is_left_out(
         tmp_path, capsys, tokenizer_dir, bert_vocab_path):
     config = config_of(30, 3, 44, 2, True)
@@ -219,6 +221,7 @@ def encoder_outputs(bert_vocab_path):
 
 
 @pytest.mark.parametrize("head,labels,hf_class,layer", FINETUNED, ids=[f[0] for f in FINETUNED])
+@pytest.mark.slow
 def test_fine_tuned_checkpoints_export_to_their_transformers_class(
         tmp_path, capsys, tokenizer_dir, encoder_outputs, head, labels, hf_class, layer):
     config, encoder, batch, sequence, pooled = encoder_outputs

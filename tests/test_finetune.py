@@ -55,6 +55,7 @@ def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_regression_learns(tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_regression", workdir, **{"data.tokenizer": finetune_vocab_dir},
@@ -65,6 +66,7 @@ def test_regression_learns(tmp_path, finetune_vocab_dir):
     assert r["eval"]["pearson"] > 0.2 and r["eval"]["spearman"] > 0.2, r["history"]
 
 
+@pytest.mark.slow
 def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, finetune_vocab_dir):
     """The tagging path through the job: CoNLL in, CRF loss, Viterbi, entity F1, run.json, and
     predict's tags per word. (A from-scratch tiny model does not leave the all-O plateau of
@@ -98,6 +100,7 @@ def test_token_classification_runs_end_to_end_with_a_crf(tmp_path, finetune_voca
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_sentence_pair_classification_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_pair", workdir, **{
@@ -111,6 +114,7 @@ def test_sentence_pair_classification_learns(tmp_path, finetune_vocab_dir, wiki_
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_extractive_qa_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_qa", workdir, **{
@@ -131,6 +135,7 @@ class Crash(Exception):
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_resume_after_a_crash_is_exact(sentiment_run, finetune_vocab_dir, tmp_path, monkeypatch):
     """Killed right after the epoch-1 checkpoint, then the same command: the log, the results and
     the best parameters are those of the uninterrupted run (sentiment_run)."""
@@ -168,6 +173,7 @@ def test_resume_after_a_crash_is_exact(sentiment_run, finetune_vocab_dir, tmp_pa
     assert logged(workdir) == logged(sentiment_run)
 
 
+@pytest.mark.slow
 def test_restarts_keep_the_best_seed(tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_sentiment", workdir, **{

@@ -1,20 +1,16 @@
-"""Fine-tuning readers and features: named-column tables, CoNLL, SQuAD, TFDS without TensorFlow,
+"""Fine-tuning readers and features: named-column tables, CoNLL, SQuAD,
 the packaged real datasets and their split, subword label alignment and QA windows; bad input is
 a UserError naming the file."""
 
-import dataclasses
 import json
 
 import numpy as np
 import pytest
-import tensorflow_datasets as tfds
 
 from bertjax.data.tokenizer import WordPieceTokenizer
 from bertjax.core.errors import UserError
 from bertjax.finetune import batches, features, readers
 from bertjax.finetune.packaged import datasets
-from bertjax.jobs import task_data
-from bertjax.settings import finetune as finetune_settings
 from bertjax.finetune.examples import QAExample, TaggedExample, TextExample
 from bertjax.finetune.readers import Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
@@ -110,91 +106,6 @@ def test_squad_reader_and_bad_squad(tmp_path):
     broken = write(tmp_path / "b.json", '{"data": [{"title": "t"}]}')
     with pytest.raises(UserError, match="not SQuAD v1.1 JSON"):
         readers.read(Source(broken), "qa")
-
-
-# --- TFDS (GLUE-like, array_record, no TensorFlow) -----------------------------------------------
-
-class BertjaxTinyGlue(tfds.core.GeneratorBasedBuilder):
-    """A GLUE-shaped dataset: sentence, ClassLabel label, idx; test labels are -1 as in GLUE."""
-
-    VERSION = tfds.core.Version("1.0.0")
-
-    def _info(self):
-        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-            "sentence": tfds.features.Text(), "idx": np.int32,
-            "label": tfds.features.ClassLabel(names=["negative", "positive"])}))
-
-    def _split_generators(self, dl_manager):
-        return {"train": self._generate_examples(False), "test": self._generate_examples(True)}
-
-    def _generate_examples(self, unlabeled):
-        for i, (text, label) in enumerate([("good movie", 1), ("bad movie", 0)]):
-            yield i, {"sentence": text, "idx": i, "label": -1 if unlabeled else label}
-
-
-def test_tfds_glue_like_dataset_reads_class_names(tmp_path):
-    data_dir = str(tmp_path / "tfds")
-    BertjaxTinyGlue(data_dir=data_dir, file_format="array_record").download_and_prepare()
-    source = Source("tfds:bertjax_tiny_glue:train", tfds_data_dir=data_dir)
-    examples = readers.read(source, "text")
-    assert sorted((e.text, e.label) for e in examples) == [("bad movie", "negative"),
-                                                           ("good movie", "positive")]
-    with pytest.raises(UserError, match="the label is missing"):  # GLUE's unlabeled test split
-        readers.read(Source("tfds:bertjax_tiny_glue:test", tfds_data_dir=data_dir), "text")
-    with pytest.raises(UserError, match="tfds build glue/sst2"):
-        readers.read(Source("tfds:glue/sst2:train", tfds_data_dir=data_dir), "text")
-
-
-class BertjaxTinyMrpc(tfds.core.GeneratorBasedBuilder):
-    """MRPC's class names, not in sorted order: not_equivalent (0), equivalent (1)."""
-
-    VERSION = tfds.core.Version("1.0.0")
-
-    def _info(self):
-        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-            "sentence1": tfds.features.Text(), "sentence2": tfds.features.Text(),
-            "label": tfds.features.ClassLabel(names=["not_equivalent", "equivalent"])}))
-
-    def _split_generators(self, dl_manager):
-        return {"train": self._generate_examples()}
-
-    def _generate_examples(self):
-        for i, (a, b, label) in enumerate([("a", "a", 1), ("a", "b", 0), ("b", "b", 1)]):
-            yield i, {"sentence1": a, "sentence2": b, "label": label}
-
-
-def _pair_config(**overrides):
-    from configs import finetune_pair
-
-    config = finetune_pair.get_config()
-    config.data.update({"text_column": "sentence1", "text_pair_column": "sentence2",
-                        "label_column": "label", "labels": "", **overrides})
-    return config
-
-
-def test_tfds_class_names_keep_their_order_and_f1_is_of_the_positive_label(tmp_path):
-    data_dir = str(tmp_path / "tfds")
-    BertjaxTinyMrpc(data_dir=data_dir, file_format="array_record").download_and_prepare()
-    config = _pair_config(train="tfds:bertjax_tiny_mrpc:train", eval="x", tfds_data_dir=data_dir)
-    s = finetune_settings.read(config)
-    cls = task_class("finetune_classification")
-    task_settings = task_data.declared_labels(s, cls)
-    assert task_settings.labels == ("not_equivalent", "equivalent")  # not sorted
-    examples = readers.read(s.data.source(s.data.train, labeled=True, regression=False), "text")
-    task = cls(task_settings, cls.labels_from(examples, task_settings))
-    gold = np.array([1, 1, 0, 0])  # equivalent, equivalent, not, not
-    outputs = {"logits": np.eye(2)[[1, 0, 0, 0]]}  # one equivalent found, none wrongly
-    feats = features.Features({"label": gold, "weight": np.ones(4, np.float32)})
-    assert task.evaluate([], feats, outputs)["f1"] == pytest.approx(2 / 3)  # F1 of equivalent
-    negative = cls(dataclasses.replace(task_settings, positive_label="not_equivalent"),
-                   task.labels)
-    assert negative.evaluate([], feats, outputs)["f1"] == pytest.approx(0.8)
-    with pytest.raises(UserError, match="data.positive_label 'yes' is not a label"):
-        cls.labels_from(examples, dataclasses.replace(task_settings, positive_label="yes"))
-    with pytest.raises(UserError, match="data.positive_label '2' is not one of data.labels"):
-        finetune_settings.read(_pair_config(labels="0,1", positive_label="2"), require_data=False)
-    # Files keep sorting (no declared order).
-    assert readers.label_order(Source(str(tmp_path / "any.tsv"))) == ()
 
 
 # --- packaged real datasets ----------------------------------------------------------------------

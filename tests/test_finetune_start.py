@@ -107,6 +107,7 @@ def test_a_pooler_never_trained_starts_fresh_for_the_task_head(pretrained_export
     assert "pooler of" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_reinitializing_per_layer_parameters(pretrained_export):
     directory, source = pretrained_export
     mesh = make_mesh()
@@ -126,6 +127,7 @@ def test_reinitializing_per_layer_parameters(pretrained_export):
     assert top["qa_outputs/kernel"].shape == (32, 2)
 
 
+@pytest.mark.slow
 def test_a_frozen_encoder_does_not_move(pretrained_export):
     mesh = make_mesh()
     config = EncoderConfig(**{**SMALL, "scan_layers": True, "hidden_dropout": 0.1})
@@ -201,6 +203,7 @@ def test_freeze_wrapper_keeps_the_optimizer_state_param_shaped():
     np.testing.assert_allclose(updates["classifier"]["kernel"], -0.1)
 
 
+@pytest.mark.slow
 def test_a_crf_tagger_fits_real_tweets():
     """The token-classification head with its CRF loss learns real BIO tags: 32 tweets of the
     packaged NER set, fitted by a one-layer model and scored by entity F1 through the task's own

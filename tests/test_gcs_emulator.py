@@ -10,6 +10,8 @@ import pytest
 
 from gcs_emulator import GcsEmulator  # noqa: E402  (tests/ is on sys.path: see the gcs fixture)
 
+pytestmark = pytest.mark.gcs
+
 
 def test_gcsfs_and_epath_round_trip(gcs, gcs_bucket):
     import fsspec

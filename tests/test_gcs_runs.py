@@ -19,6 +19,8 @@ from cli_in_process import run as run_in_process
 from pretrain_runs import CHILD, REPO, SHORT, child_env, run_child, tiny_args
 from trees import flat
 
+pytestmark = pytest.mark.gcs
+
 
 def _metrics(records: bytes) -> list[dict]:
     return [json.loads(line) for line in records.decode().splitlines() if line.strip()]

@@ -154,6 +154,7 @@ def cross_encoder_run(wiki, tmp_path_factory) -> str:
     return workdir
 
 
+@pytest.mark.slow
 def test_the_index_holds_normalized_vectors_of_its_model(built, wiki, minilm_dir):
     opened = index.open_index(built)
     manifest = opened.manifest
@@ -183,6 +184,7 @@ def _first_leaf(tree):
         tree = tree[key]
 
 
+@pytest.mark.slow
 def test_approximate_recall_against_exact_on_minilm_vectors(built, wiki, minilm_dir):
     """The FAISS HNSW top 10 of real sentence queries against the exact top 10 over all the
     MiniLM vectors at hand (passages, and the queries' own vectors as more documents)."""
@@ -200,6 +202,7 @@ def test_approximate_recall_against_exact_on_minilm_vectors(built, wiki, minilm_
     assert metrics.overlap_recall(ids, reference) >= 0.9
 
 
+@pytest.mark.slow
 def test_build_refuses_bad_input_and_never_overwrites(built, wiki, minilm_dir, tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
@@ -225,6 +228,7 @@ def test_build_refuses_bad_input_and_never_overwrites(built, wiki, minilm_dir, t
     assert not [n for n in os.listdir(os.path.dirname(built)) if n.startswith(".")]
 
 
+@pytest.mark.slow
 def test_search_refuses_bad_input(built, wiki, cross_encoder_run, tmp_path, capsys):
     empty = tmp_path / "q.txt"
     empty.write_text("  \n\n")
@@ -266,6 +270,7 @@ def test_search_refuses_bad_input(built, wiki, cross_encoder_run, tmp_path, caps
                    "not in", "'nope'")
 
 
+@pytest.mark.slow
 def test_k_larger_than_the_corpus_returns_it_all_with_a_warning(built, wiki, capsys):
     code, out, err = run(["search", "--index", built, "--queries", wiki["queries_txt"],
                           "--k", "500"], capsys)
@@ -278,6 +283,7 @@ def test_k_larger_than_the_corpus_returns_it_all_with_a_warning(built, wiki, cap
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_search_rerank_and_evaluate_end_to_end(built, wiki, cross_encoder_run, minilm_dir,
                                                tmp_path, capsys):
     """Exact and approximate search to files, re-ranking by the cross-encoder, and the metrics

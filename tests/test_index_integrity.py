@@ -195,6 +195,7 @@ def _edit_json(path, edit):
 
 
 @pytest.mark.parametrize("damage", SENSE_DAMAGE)
+@pytest.mark.slow
 def test_a_damaged_sense_index_is_refused_in_one_line(damage, sense_index, tmp_path, capsys):
     copy = str(tmp_path / "index")
     shutil.copytree(sense_index, copy)

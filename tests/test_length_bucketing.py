@@ -135,6 +135,7 @@ def _outputs(task, features, examples, buckets):
 
 @pytest.mark.parametrize("name", ["finetune_classification", "finetune_token_classification",
                                   "finetune_qa"])
+@pytest.mark.slow
 def test_bucketed_evaluation_equals_uncut(name, minilm_dir, demo_articles):
     tokenizer = loading.load(minilm_dir).tokenizer()
     if name == "finetune_qa":
@@ -166,6 +167,7 @@ def test_bucketed_evaluation_equals_uncut(name, minilm_dir, demo_articles):
         uncut_metrics, sort_keys=True, default=str)
 
 
+@pytest.mark.slow
 def test_a_fine_tuning_run_compiles_a_step_per_bucket_and_pads_less(tmp_path, capsys,
                                                                      minilm_dir):
     workdir = str(tmp_path / "wd")

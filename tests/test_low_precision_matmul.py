@@ -118,6 +118,7 @@ def test_the_rule_is_for_bf16_on_the_cpu_only():
     assert not low_precision_matmul.use_fast_gradients("float32")
 
 
+@pytest.mark.slow
 def test_the_encoders_gradients_are_autodiffs(monkeypatch):
     config = preset("tiny", vocab_size=100, hidden_dropout=0.0, attention_dropout=0.0,
                     matmul_dtype=BF16)
@@ -149,6 +150,7 @@ def test_the_encoders_gradients_are_autodiffs(monkeypatch):
     assert paths > 20
 
 
+@pytest.mark.slow
 def test_a_pretraining_run_with_bf16_products_learns(tmp_path, small_corpus_dir):
     """configs/platform.py:cpu_bf16's model settings through the real job (data parallel over
     two of the test process's devices: tests/run_devices.py), across the length switch."""

@@ -138,6 +138,7 @@ def layouts(examples128, examples512):
 
 @pytest.mark.parametrize("length", (128, 512))
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_rates_on_real_text(tokenizer, layouts, strategy, length):
     examples, max_predictions = layouts[length]
     masker = _masker(tokenizer, strategy=strategy)

@@ -71,6 +71,7 @@ def test_bert_base_with_mlm_and_nsp_has_hugging_faces_parameter_count():
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_bf16_compute_keeps_fp32_params_logits_and_gradients():
     cfg = tiny(dtype="bfloat16", param_dtype="float32", scan_layers=True)
     model = BertForPretraining(cfg, sbo=True)
@@ -144,6 +145,7 @@ def test_scan_and_loop_give_the_same_outputs_for_the_same_weights():
 @pytest.mark.parametrize("scan_layers,policies", [(False, ("full",)),
                                                   (True, ("full", "save_dots"))])
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_remat_policies_give_the_same_outputs_and_gradients(scan_layers, policies):
     batch = make_batch()
     inputs = (batch["input_ids"], batch["segment_ids"], batch["input_mask"])

@@ -198,6 +198,7 @@ def assert_same_but_what_modernbert_lacks(ours, returned):
         np.testing.assert_array_equal(returned[path], leaf, err_msg="/".join(path))
 
 
+@pytest.mark.slow
 def test_an_initialized_model_exports_through_the_library(initialized, tmp_path):
     config, params = initialized
     exported = hf_models.to_hf(params, config, {"nsp": True, "sbo": False})

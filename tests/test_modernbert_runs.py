@@ -36,6 +36,7 @@ def straight_run(tmp_path_factory, small_corpus_dir):
     return workdir
 
 
+@pytest.mark.slow
 def test_the_run_trains_modernberts_model(straight_run):
     train = [r for r in logged(straight_run) if "loss" in r]
     assert [r["seq_len"] for r in train] == [32] * 8 + [64] * 4
@@ -49,6 +50,7 @@ def test_the_run_trains_modernberts_model(straight_run):
     assert not any(k.endswith("/bias") and "/layers/" in k for k in params)
 
 
+@pytest.mark.slow
 def test_exact_resume_after_sigkill_across_the_length_switch(straight_run, tmp_path,
                                                              small_corpus_dir):
     """The short phase runs at rotary base 10,000 and the long one at 160,000: the resumed run
@@ -67,6 +69,7 @@ def test_exact_resume_after_sigkill_across_the_length_switch(straight_run, tmp_p
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_short_phases_rotary_base_changes_what_it_trains(straight_run, tmp_path,
                                                              small_corpus_dir):
     """The check above can fail: one rotary base for both phases computes another first loss
@@ -80,6 +83,7 @@ def test_the_short_phases_rotary_base_changes_what_it_trains(straight_run, tmp_p
     assert np.isclose(ours[0], theirs[0], rtol=1e-3) and ours[0] != theirs[0]
 
 
+@pytest.mark.slow
 def test_a_modernbert_run_fine_tunes_predicts_and_embeds(straight_run, tmp_path):
     workdir = str(tmp_path / "sst")
     code = finetune("finetune_sentiment", workdir, **{
@@ -102,6 +106,7 @@ def test_a_modernbert_run_fine_tunes_predicts_and_embeds(straight_run, tmp_path)
     assert vectors.shape[0] == 2 and np.all(np.isfinite(vectors))
 
 
+@pytest.mark.slow
 def test_the_runs_export_loads_in_transformers_with_its_tokenizer(straight_run, tmp_path):
     """`export --format hf` of the run: ModernBertForMaskedLM with no missing or unexpected
     keys, and AutoTokenizer (a fast tokenizer only, for ModernBert) reading our WordPiece

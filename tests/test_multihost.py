@@ -33,6 +33,8 @@ from bertjax.train.metrics_log import read_metrics
 from pretrain_runs import CHILD_XLA_FLAGS
 from trees import flat
 
+pytestmark = pytest.mark.multiprocess
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")

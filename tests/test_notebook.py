@@ -6,10 +6,11 @@ import os
 import subprocess
 import sys
 
-import nbformat
-from nbclient import NotebookClient
+import pytest
 
 from pretrain_runs import CHILD_XLA_FLAGS
+
+pytestmark = pytest.mark.notebook
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, "launch", "colab_tpu.ipynb")
@@ -34,6 +35,10 @@ def outputs_text(cell) -> str:
 
 
 def test_notebook_runs_on_cpu(tmp_path, monkeypatch):
+    # The test-all extra's Jupyter client, imported here: the fast tier does not install it.
+    import nbformat
+    from nbclient import NotebookClient
+
     workdir = tmp_path / "work"
     # The kernel and the commands it starts inherit this environment: one CPU device (not the
     # suite's 8) and the least backend optimization, as compiling dominates runs this small.

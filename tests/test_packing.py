@@ -54,6 +54,7 @@ def _packed(sequences, length: int = 32) -> dict:
 
 @pytest.mark.parametrize("architecture", [{}, MODERN], ids=["bert", "modernbert"])
 @pytest.mark.parametrize("scan", [True, False], ids=["scan", "loop"])
+@pytest.mark.slow
 def test_packed_sequences_compute_what_they_compute_alone(architecture, scan):
     config = _config(architecture, scan)
     model = BertForPretraining(config, nsp=False)
@@ -84,6 +85,7 @@ def test_without_pack_ids_a_packed_row_would_leak_between_sequences():
     assert np.abs(together - alone).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_a_packed_gradient_equals_the_sum_of_the_sequences_gradients():
     config = _config(MODERN, scan=True)
     model = BertForPretraining(config, nsp=False)

@@ -63,6 +63,7 @@ def packed_of(arrays: dict, regression: bool) -> tuple[dict, list]:
 
 @pytest.mark.parametrize("regression", [False, True], ids=["classification", "regression"])
 @pytest.mark.parametrize("name", list(ENCODERS))
+@pytest.mark.slow
 def test_packed_logits_and_loss_are_the_unpacked_ones(name, regression):
     arrays = sentences(LENGTHS, regression)
     packed, rows = packed_of(arrays, regression)
@@ -83,6 +84,7 @@ def test_packed_logits_and_loss_are_the_unpacked_ones(name, regression):
 
 
 @pytest.mark.parametrize("name", list(ENCODERS))
+@pytest.mark.slow
 def test_one_packed_training_step_updates_the_parameters_as_unpacked(name):
     # 16 sequences in 8 packed rows (empty rows complete them): the tests' 8 devices split both.
     arrays = sentences(LENGTHS + [25, 8, 11, 2, 14, 19], regression=False)
@@ -140,6 +142,7 @@ def test_packed_epochs_have_static_shapes_and_every_sequence_once():
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_a_packed_run_trains_and_reports_its_padding(tmp_path, finetune_vocab_dir):
     # 600 reviews pack as 1,200 did (seed 0: 42 of 45 steps a epoch allowed, packed padding 0.033;
     # 1,200: 83 of 90, 0.015); no learning is asserted, so 100 eval examples suffice.

@@ -145,6 +145,7 @@ def test_resume_after_a_crash_mid_shard(wiki_slice, bert, tmp_path, monkeypatch)
     assert PreparedCorpus.open(out).num_documents == SLICE_DOCUMENTS
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_of_the_cli(wiki_slice, bert, bert_vocab_path, tmp_path):
     path, _ = wiki_slice
     out = str(tmp_path / "killed")
@@ -233,35 +234,6 @@ def test_skipped_lines_reach_the_manifest_and_output_inside_the_input(bert, tmp_
         "skipped lines: invalid_utf8=1, overlong=1")
 
 
-def test_prepare_a_tfds_dataset(bert, tmp_path):
-    import tensorflow_datasets as tfds
-
-    class BertjaxPrepareText(tfds.core.GeneratorBasedBuilder):
-        VERSION = tfds.core.Version("1.0.0")
-
-        def _info(self):
-            return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
-                {"text": tfds.features.Text()}))
-
-        def _split_generators(self, dl_manager):
-            return {"train": self._generate_examples()}
-
-        def _generate_examples(self):
-            for i in range(3):
-                yield i, {"text": f"Article {i} starts here. It has two sentences."}
-
-    data_dir = str(tmp_path / "tfds")
-    BertjaxPrepareText(data_dir=data_dir, file_format="array_record").download_and_prepare()
-    out = str(tmp_path / "prepared")
-    manifest = prepare(["tfds:bertjax_prepare_text"], "sentences", out, bert, workers=1,
-                       progress=False, tfds_data_dir=data_dir)
-    assert (manifest["documents"], manifest["sentences"]) == (3, 6)
-    assert manifest["plan"]["inputs"] == [{"tfds": "tfds:bertjax_prepare_text",
-                                           "data_dir": os.path.abspath(data_dir)}]
-    prepared = PreparedCorpus.open(out)
-    np.testing.assert_array_equal(prepared.tokens(1, 2), bert.encode("It has two sentences."))
-
-
 def test_build_tokenizer(wiki_slice, tmp_path):
     path, documents = wiki_slice
     wordpiece = build_tokenizer([path], "sentences", "wordpiece", vocab_size=800,
@@ -285,6 +257,7 @@ def run_cli(*args):
                                 capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_trains_a_vocabulary_and_reuses_it(wiki_slice, tmp_path):
     path, _ = wiki_slice
     out = str(tmp_path / "prepared")
@@ -302,6 +275,7 @@ def test_cli_trains_a_vocabulary_and_reuses_it(wiki_slice, tmp_path):
     assert PreparedCorpus.open(out).tokenizer.vocab_size <= 600
 
 
+@pytest.mark.slow
 def test_cli_bad_input_exits_2_with_one_line(wiki_slice, bert_vocab_path, tmp_path):
     path, _ = wiki_slice
     binary = tmp_path / "weights.bin"

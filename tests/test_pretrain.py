@@ -17,7 +17,7 @@ from bertjax.inference import loading
 from bertjax.cli import main
 from bertjax.interop import params_dir
 from bertjax.train.metrics_log import read_metrics
-from pretrain_runs import CHILD, child_env, run_child, tiny_args
+from pretrain_runs import CHILD, SHORT, child_env, run_child, tiny_args
 import run_devices
 from trees import flat
 
@@ -32,8 +32,7 @@ def logged(workdir):
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, small_corpus_dir):
     workdir = str(tmp_path_factory.mktemp("run") / "wd")
-    # Unoptimized, as the tests' short runs are: its 12 steps do not pay back -O1's compile (the
-    # fixture and its first test took 14 s of wall time instead of 22 s).
+    # Unoptimized, as the tests' short runs are: its 12 steps do not pay back -O1's compile.
     code = main.main(tiny_args(workdir, small_corpus_dir, **{"data.workers": 1,
                                                              "train.plot": True},
                                **run_devices.IN_A_WORKER))
@@ -66,6 +65,25 @@ def test_running_a_finished_run_again_does_nothing(finished_run, capsys):
     assert logged(finished_run) == before
 
 
+def test_a_run_killed_after_a_checkpoint_resumes_bit_identically(tmp_path, small_corpus_dir,
+                                                                finished_short_run):
+    """The fast tier's resume: SIGKILLed once checkpoint 3 of 6 is on disk, then run again, the
+    run logs and ends with what the straight run (finished_short_run) logged and ended with."""
+    args = tiny_args(str(tmp_path / "resumed"), small_corpus_dir, **SHORT)
+    result = run_child(args, KILL_AFTER_CHECKPOINT=3)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+    result = run_child(args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming from step 3" in result.stderr
+    assert logged(str(tmp_path / "resumed")) == logged(finished_short_run)
+    resumed, straight = (flat(loading.load(w).params)
+                         for w in (str(tmp_path / "resumed"), finished_short_run))
+    assert resumed.keys() == straight.keys()
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+
+
+@pytest.mark.slow
 def test_exact_resume_after_sigkill_across_the_length_switch(tmp_path, small_corpus_dir):
     straight = str(tmp_path / "straight")
     result = run_child(tiny_args(straight, small_corpus_dir))
@@ -92,6 +110,7 @@ def test_exact_resume_after_sigkill_across_the_length_switch(tmp_path, small_cor
         np.testing.assert_array_equal(flat_a[name], flat_b[name], err_msg=name)
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_and_exits_0(tmp_path, small_corpus_dir):
     workdir = str(tmp_path / "wd")
     args = tiny_args(workdir, small_corpus_dir, **{"train.steps": 100_000,

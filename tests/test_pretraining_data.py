@@ -164,6 +164,7 @@ def test_epoch_permutation_is_a_keyed_bijection():
 
 # ---- NSP pairs ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_nsp_chunks_equal_berts_document_loop(wiki):
     data = make_data(wiki)
     train_docs, _ = wiki.split_documents(0.01)
@@ -180,6 +181,7 @@ def test_nsp_chunks_equal_berts_document_loop(wiki):
     assert [tuple(row) for row in data.chunk_table(32).tolist()] == expected
 
 
+@pytest.mark.slow
 def test_nsp_pairs_are_adjacent_text_or_another_documents(wiki):
     data = make_data(wiki)
     special = wiki.tokenizer.special
@@ -463,6 +465,7 @@ def _inspect(*args, cwd=ROOT):
                                 capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_inspect_command_prints_and_dumps_batches(wiki_dir, tmp_path):
     dump = tmp_path / "batches.npz"
     result = _inspect("--config=configs/base.py", f"--config.data.prepared={wiki_dir}",
@@ -477,6 +480,7 @@ def test_inspect_command_prints_and_dumps_batches(wiki_dir, tmp_path):
         assert arrays["input_ids"].shape == (12, 48) and arrays["masked_ids"].shape == (12, 8)
 
 
+@pytest.mark.slow
 def test_inspect_command_reports_bad_input_in_one_line(wiki_dir):
     result = _inspect("--config=configs/base.py", f"--config.data.prepared={wiki_dir}",
                       "--batches=0")

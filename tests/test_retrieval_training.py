@@ -68,6 +68,7 @@ def vocab_dir(tmp_path_factory) -> str:
     return directory
 
 
+@pytest.mark.slow
 def test_the_builder_splits_by_article_and_every_positive_is_right(wiki_dir):
     rows = {split: jsonl(os.path.join(wiki_dir, f"{split}.jsonl")) for split in SPLITS}
     corpus = {d["id"]: d for d in jsonl(os.path.join(wiki_dir, "corpus.jsonl"))}
@@ -119,6 +120,7 @@ def test_the_builder_splits_by_article_and_every_positive_is_right(wiki_dir):
         (r["id"], r["query"], r["positive"], r["negative"]) for r in rows["dev"]]
 
 
+@pytest.mark.slow
 def test_the_builder_never_overwrites(wiki_dir, capsys):
     with pytest.raises(SystemExit) as exit_info:
         wiki_pairs.main(["--output", wiki_dir])
@@ -148,6 +150,7 @@ def test_in_batch_loss_is_cross_entropy_over_the_batch_documents():
     np.testing.assert_allclose(float(sums[objectives.LOSS_KEY]), expected, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_hard_negatives_are_trained_on_not_evaluated(wiki_dir, vocab_dir):
     from bertjax.data.tokenizer import load_tokenizer
 
@@ -198,6 +201,7 @@ def shared_run(tmp_path_factory, vocab_dir, wiki_dir) -> str:
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_fine_tuning_beats_the_untrained_model_and_random(shared_run):
     with open(os.path.join(shared_run, "results.json")) as f:
         r = json.load(f)
@@ -210,6 +214,7 @@ def test_fine_tuning_beats_the_untrained_model_and_random(shared_run):
     assert r["eval"]["recall@10"] > untrained["recall@10"]
 
 
+@pytest.mark.slow
 def test_load_embeds_with_the_trained_encoder(shared_run):
     """bertjax.load on the workdir needs no special case: its dev embeddings rank as the run's
     own evaluation did."""
@@ -229,6 +234,7 @@ def test_load_embeds_with_the_trained_encoder(shared_run):
     assert scores["ndcg@10"] == pytest.approx(r["eval"]["ndcg@10"], abs=0.01)
 
 
+@pytest.mark.slow
 def test_separate_encoders_train_two_encoders(shared_run, wiki_dir, tmp_path):
     """From the shared run (both sides start from its encoder): two encoders that moved apart;
     bertjax.load embeds with the query encoder."""

@@ -99,6 +99,7 @@ def _spec(mesh, *axes):
 
 
 @pytest.mark.parametrize("name", MESHES)
+@pytest.mark.slow
 def test_sharded_step_matches_one_device_and_arrays_are_sharded_as_the_rules_say(name, single):
     sizes, remat = MESHES[name]
     mesh = make_mesh(*sizes)
@@ -150,6 +151,7 @@ def test_sharded_step_matches_one_device_and_arrays_are_sharded_as_the_rules_say
     assert inputs.addressable_shards[0].data.shape == (B // (mesh.shape["data"] * f), L)
 
 
+@pytest.mark.slow
 def test_bf16_compute_keeps_fp32_master_parameters_and_stays_close(single):
     run = _train(_model(dtype="bfloat16"), make_mesh(2, 2, 2), start=single["initial"])
     leaves = jax.tree.leaves((run["final"].params, run["final"].opt_state[1].mu,
@@ -234,6 +236,7 @@ MODERN = dict(position_embedding="rope", rope_theta=160_000.0, norm="pre", mlp="
               type_vocab_size=0, layer_norm_eps=1e-5, hidden_dropout=0.0, attention_dropout=0.0)
 
 
+@pytest.mark.slow
 def test_a_modernbert_step_on_a_2x2x2_mesh_matches_one_device():
     """Rotary positions, GeGLU, pre-norm, scanned global and sliding-window layers (chosen per
     layer under lax.cond) and packed rows, sharded over data, fsdp and tensor at once."""

@@ -9,7 +9,6 @@ import sys
 import tracemalloc
 
 import pytest
-import tensorflow_datasets as tfds
 
 from bertjax.data import demo_corpus, inputs, sources, wikitext
 from bertjax.data.sentence_splitting import split_sentences
@@ -215,50 +214,6 @@ def test_mediawiki_malformed(tmp_path):
     path = write(os.path.join(tmp_path, "bad.xml"), "<mediawiki><page><title>x</title>")
     with pytest.raises(UserError, match="not a well-formed MediaWiki XML dump"):
         list(iter_documents([path], "mediawiki"))
-
-
-# --- TFDS, without TensorFlow --------------------------------------------------------------------
-
-class BertjaxTinyText(tfds.core.GeneratorBasedBuilder):
-    """A two-split text dataset built locally in array_record format (no download)."""
-
-    VERSION = tfds.core.Version("1.0.0")
-
-    def _info(self):
-        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
-            {"title": tfds.features.Text(), "text": tfds.features.Text()}))
-
-    def _split_generators(self, dl_manager):
-        return {"train": self._generate_examples(4), "test": self._generate_examples(1)}
-
-    def _generate_examples(self, n):
-        for i in range(n):
-            yield i, {"title": f"t{i}", "text": f"Doc {i} opens. Dr. Who is here.\n\nIts end {i}."}
-
-
-def test_tfds_local_dataset_without_tensorflow(tmp_path):
-    data_dir = str(tmp_path / "tfds")
-    BertjaxTinyText(data_dir=data_dir, file_format="array_record").download_and_prepare()
-    stats = SourceStats()
-    documents = list(iter_documents(["tfds:bertjax_tiny_text"], "sentences", stats=stats,
-                                    tfds_data_dir=data_dir))
-    assert sorted(documents) == [[f"Doc {i} opens.", "Dr. Who is here.", f"Its end {i}."]
-                                 for i in range(4)]
-    assert documents == list(iter_documents(["tfds:bertjax_tiny_text:train"], "sentences",
-                                            tfds_data_dir=data_dir))  # deterministic order
-    test_split = list(iter_documents(["tfds:bertjax_tiny_text:1.0.0:test"], "sentences",
-                                     tfds_data_dir=data_dir))
-    assert test_split == [["Doc 0 opens.", "Dr. Who is here.", "Its end 0."]]
-    titles = list(iter_documents(["tfds:bertjax_tiny_text:test"], "sentences",
-                                 tfds_data_dir=data_dir, tfds_text_feature="title"))
-    assert titles == [["t0"]]
-    assert (stats.documents, stats.sentences) == (4, 12)
-    assert "tensorflow" not in sys.modules
-    with pytest.raises(UserError, match="no feature 'body'"):
-        list(iter_documents(["tfds:bertjax_tiny_text"], "sentences", tfds_data_dir=data_dir,
-                            tfds_text_feature="body"))
-    with pytest.raises(UserError, match="cannot open TFDS dataset"):
-        list(iter_documents(["tfds:bertjax_no_such_dataset"], "sentences", tfds_data_dir=data_dir))
 
 
 def test_tfds_not_installed(monkeypatch):

@@ -145,6 +145,7 @@ SPANS = {"data.max_seq_len": 48, "train.epochs": 2, "train.batch_size": 32,
 
 @pytest.mark.optimized
 @pytest.mark.parametrize("pooling", ["attention"])
+@pytest.mark.slow
 def test_tweet_entity_types_are_learned(pooling, tmp_path, finetune_vocab_dir):
     workdir = str(tmp_path / "wd")
     assert finetune("finetune_span_classification", workdir, **{
@@ -199,6 +200,7 @@ def test_bad_input_is_one_line_and_exit_2(case, tmp_path, finetune_vocab_dir, ca
     assert not os.path.exists(workdir)
 
 
+@pytest.mark.slow
 def test_the_qa_span_scorer_equals_the_mlp_on_each_span_representation():
     """SpanScorer's blockwise first layer and online softmax against the MLP applied to
     [h_s; h_e; pooled] of every candidate span, built span by span."""
@@ -237,6 +239,7 @@ def test_the_qa_span_scorer_equals_the_mlp_on_each_span_representation():
                 assert got[i, width] == pytest.approx(expected, rel=1e-4, abs=1e-5), (i, width)
 
 
+@pytest.mark.slow
 def test_qa_with_the_span_scorer_learns(tmp_path, finetune_vocab_dir, wiki_tasks):
     workdir = str(tmp_path / "wd")
     # 600 questions, 64 tokens: dev F1 97.8 / 99.3 for seeds 0 / 1 (all of them at 96 tokens and

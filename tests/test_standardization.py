@@ -153,6 +153,7 @@ def stats(tmp_path_factory, minilm_dir, corpora) -> dict:
 
 
 @pytest.mark.optimized
+@pytest.mark.slow
 def test_standardised_embeddings_have_zero_mean_and_unit_variance_on_the_reference(
         stats, corpora, minilm, minilm_dir, tmp_path, capsys):
     fitted = standardizer.load(stats["zscore"])
@@ -186,6 +187,7 @@ def test_standardised_embeddings_have_zero_mean_and_unit_variance_on_the_referen
     assert abtt.method == "all-but-the-top" and abtt.components.shape == (4, 384)
 
 
+@pytest.mark.slow
 def test_statistics_of_another_model_pooling_or_layers_are_refused(stats, corpora, minilm,
                                                                    minilm_dir, tmp_path, capsys):
     texts = ["a sentence", "another one"]
@@ -235,6 +237,7 @@ def test_statistics_of_another_model_pooling_or_layers_are_refused(stats, corpor
     assert snapshot(str(tmp_path)) == before
 
 
+@pytest.mark.slow
 def test_an_index_built_with_statistics_refuses_a_search_without_them(
         stats, corpora, minilm, minilm_dir, tmp_path, capsys):
     built, plain = str(tmp_path / "standardised"), str(tmp_path / "plain")
@@ -267,6 +270,7 @@ def test_an_index_built_with_statistics_refuses_a_search_without_them(
     assert not os.path.exists(tmp_path / "words")
 
 
+@pytest.mark.slow
 def test_a_sense_index_fitted_with_statistics_needs_them(stats, minilm, tmp_path):
     examples = [e for e in wordnet.read_examples() if e.lemma in ("bank", "plant")][:20]
     words = standardizer.load(stats["words"])
@@ -283,6 +287,7 @@ def test_a_sense_index_fitted_with_statistics_needs_them(stats, minilm, tmp_path
         SenseIndex.load(str(tmp_path / "senses"), minilm, standardizer.load(stats["abtt"]))
 
 
+@pytest.mark.slow
 def test_the_anisotropy_evaluation_prints_draws_and_records_each_layer(
         corpora, minilm_dir, tmp_path, capsys):
     plot, record = str(tmp_path / "anisotropy.png"), str(tmp_path / "anisotropy.json")

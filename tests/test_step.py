@@ -96,6 +96,7 @@ def _assert_trees_close(got, want, rtol=1e-5, atol=1e-6):
                                                          rtol=rtol, atol=atol), got, want)
 
 
+@pytest.mark.slow
 def test_sharded_step_matches_single_device_step(bert):
     _assert_trees_close(bert["sharded"]["state"].params, bert["single"]["state"].params, 0, 0)
     sharded, sharded_metrics = _run(bert["sharded"], 3)
@@ -117,6 +118,7 @@ def test_sharded_step_matches_single_device_step(bert):
     assert sharded_metrics[0]["grad_norm"] > 0
 
 
+@pytest.mark.slow
 def test_parameters_are_sharded_as_the_rules_say(bert, spanbert):
     params = bert["sharded"]["state"].params
     word = params["encoder"]["embeddings"]["word_embeddings"]
@@ -154,6 +156,7 @@ def test_abstract_state_matches_the_created_one(bert):
     assert param_count(sharded["state"].params) == 504_834
 
 
+@pytest.mark.slow
 def test_step_donates_the_old_state(bert):
     setup = bert["sharded"]
     state = _copy(setup["state"])
@@ -180,6 +183,7 @@ def test_loss_decreases_on_a_fixed_batch(bert):
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3]), losses
 
 
+@pytest.mark.slow
 def test_accumulation_equals_one_big_step(spanbert):
     whole, whole_metrics = _run(spanbert, 2, accumulation_steps=1)
     split, split_metrics = _run(spanbert, 2, accumulation_steps=2)
@@ -189,6 +193,7 @@ def test_accumulation_equals_one_big_step(spanbert):
     _assert_trees_close(split.params, whole.params)
 
 
+@pytest.mark.slow
 def test_eval_step_matches_the_train_forward_pass(spanbert):
     state = spanbert["state"]
     sums = jax.device_get(spanbert["eval_step"](state.params, spanbert["batch"]))

@@ -106,6 +106,7 @@ def budget_run(tmp_path_factory, small_corpus_dir):
     return workdir, result
 
 
+@pytest.mark.slow
 def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(budget_run):
     workdir, result = budget_run
     assert "time budget spent: stopping after step" in result.stderr
@@ -146,6 +147,7 @@ def test_a_budget_run_stops_when_spent_with_its_last_step_evaluated_and_saved(bu
     assert train[-1]["learning_rate"] < 1e-4
 
 
+@pytest.mark.slow
 def test_the_finished_run_fills_in_its_examples(budget_run):
     _, result = budget_run
     shown = result.stderr[result.stderr.index("fill-mask, the trained model's top 5"):]
@@ -157,6 +159,7 @@ def test_the_finished_run_fills_in_its_examples(budget_run):
         assert len(fields) == 10 and all(0 <= float(p) <= 1 for p in fields[1::2])
 
 
+@pytest.mark.slow
 def test_a_rerun_of_a_spent_budget_trains_nothing(budget_run, small_corpus_dir):
     workdir, _ = budget_run
     before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))

@@ -127,6 +127,7 @@ def test_train_wordpiece(training_sentences, tmp_path):
                                                                      range(cased.vocab_size)))
 
 
+@pytest.mark.slow
 def test_train_wordpiece_gives_the_same_ids_every_time(demo_articles):
     # tokenizers' trainer orders equally frequent merges differently from run to run (on a
     # real corpus the tokens agree; on a few hundred sentences even they may not).

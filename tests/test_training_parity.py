@@ -200,6 +200,7 @@ def run_classification(hf: BertForSequenceClassification, config, batches, opt):
     return ours, theirs
 
 
+@pytest.mark.slow
 def test_a_sequence_classification_step_matches_transformers(bert_vocab_path):
     hf_config = BertConfig(vocab_size=30522, hidden_size=60, num_attention_heads=5,
                            intermediate_size=90, num_hidden_layers=2, max_position_embeddings=64,
@@ -216,6 +217,7 @@ def test_a_sequence_classification_step_matches_transformers(bert_vocab_path):
     assert max(norms) > opt.clip_norm > min(norms)  # clipped and unclipped steps
 
 
+@pytest.mark.slow
 def test_the_real_minilm_fine_tunes_as_in_transformers(minilm_dir, bert_vocab_path):
     hf = BertForSequenceClassification.from_pretrained(
         minilm_dir, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
@@ -299,6 +301,7 @@ def mlm_labels(batch: dict) -> np.ndarray:
     return labels
 
 
+@pytest.mark.slow
 def test_a_pretraining_step_matches_transformers(bert_vocab_path):
     hf_config = BertConfig(vocab_size=30522, hidden_size=63, num_attention_heads=7,
                            intermediate_size=130, num_hidden_layers=2,

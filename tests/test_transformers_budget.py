@@ -17,6 +17,8 @@ from pretrain_runs import REPO, child_env, run_cli
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import transformers_budget  # noqa: E402
 
+pytestmark = pytest.mark.benchmark
+
 
 def test_the_rate_is_laid_over_the_budget():
     rate = transformers_budget.learning_rate

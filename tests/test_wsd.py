@@ -48,6 +48,7 @@ def tiny_models(tmp_path_factory, bert_vocab_path):
     return [tiny_model_dir(str(root / f"seed{seed}"), bert_vocab_path, seed) for seed in (0, 1)]
 
 
+@pytest.mark.slow
 def test_the_real_wordnet_examples_carry_their_senses(examples):
     bank = {(" ".join(e.words), e.words[e.index], e.sense.id) for e in examples
             if e.lemma == "bank"}
@@ -98,6 +99,7 @@ def test_the_held_out_split_is_deterministic_disjoint_and_covers_every_sense(exa
         wordnet.split(examples, holdout=1)
 
 
+@pytest.mark.slow
 def test_a_sense_index_is_deterministic_and_survives_saving(tiny_models, tmp_path):
     model = bertjax.load(tiny_models[0])
     index = wsd.SenseIndex.fit(model, HAND_MADE, layers=[-2, -1])
@@ -144,6 +146,7 @@ def run_cli(capsys, *argv):
     return exited.value.code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_the_command_line_fits_predicts_and_refuses_bad_input(tiny_models, tmp_path, capsys):
     output = str(tmp_path / "index")
     wsd_cli.main(["fit", "--model", tiny_models[0], "--output", output, "--lemmas", "3"])
@@ -172,6 +175,7 @@ def test_the_command_line_fits_predicts_and_refuses_bad_input(tiny_models, tmp_p
     assert not os.path.exists(tmp_path / "x")
 
 
+@pytest.mark.slow
 def test_minilm_nearest_sense_beats_the_most_frequent_sense(examples, minilm_dir):
     dataset = wordnet.split(examples, lemmas=40)
     result = wsd.evaluate(bertjax.load(minilm_dir), dataset, layers=-1)

@@ -1,7 +1,7 @@
 """Session fixtures built once for the whole suite rather than once per xdist worker.
 
 `make test` runs two workers and a session fixture is a per-process thing: each worker that needs
-one builds its own. For those that take long (a fine-tuned run: 15 s) or that most test files use,
+one builds its own. For those that take long (a fine-tuned run) or that most test files use,
 the first worker to ask builds it into a directory both workers see, under a file lock; a worker
 asking meanwhile waits for it and then reads the same files. These fixtures are only read by tests
 (a test that changes one works on a copy), so sharing them changes nothing a test sees but the

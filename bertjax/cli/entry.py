@@ -3,8 +3,7 @@
 A command refuses bad input (a bad flag included) with one line on stderr, `bertjax: error: ...`,
 and exit status 2 (`bertjax.core.errors`); it never prints argparse's usage dump or a traceback.
 Its main is decorated with `command`, which also keeps the libraries' routine log chatter off
-stderr (`bertjax.core.library_logs`). The re-execution with huge pages happens on importing the
-package (`bertjax.cli`), before any of this.
+stderr (`bertjax.core.library_logs`).
 """
 
 from __future__ import annotations

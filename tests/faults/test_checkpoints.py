@@ -102,6 +102,7 @@ def listing(workdir):
 
 
 @pytest.mark.parametrize("damage", [truncate_array_data, garble_data_item, delete_state_item])
+@pytest.mark.slow
 def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(
         bert, workdir, damage, capsys):
     damage(workdir, 20)

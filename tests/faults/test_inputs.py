@@ -300,6 +300,7 @@ def _mount_runner(probe_dir: str) -> list[str]:
     pytest.fail("cannot mount a tmpfs here (neither as root nor in a user namespace)")
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_the_written_shards_survive_to_resume(tmp_path):
     disk = tmp_path / "disk"
     disk.mkdir()

@@ -146,6 +146,7 @@ def _texts(path, count: int) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_a_full_or_read_only_disk_while_embedding_is_one_line_and_leaves_nothing(
         tmp_path, finished_short_run):
     disk = tmp_path / "disk"
@@ -174,6 +175,7 @@ def test_a_full_or_read_only_disk_while_embedding_is_one_line_and_leaves_nothing
     assert "other.npy" in lines[0] and "Read-only file system" in lines[0], err
 
 
+@pytest.mark.slow
 def test_sigterm_while_embedding_removes_the_unfinished_output(tmp_path, finished_short_run):
     texts = _texts(tmp_path / "texts.txt", 20000)
     output = tmp_path / "out" / "vectors.npy"
@@ -207,6 +209,7 @@ def test_the_vectors_written_are_the_ones_a_plain_save_writes(tmp_path):
     assert oct(os.stat(path).st_mode & 0o777) != oct(0o600)
 
 
+@pytest.mark.slow
 def test_an_index_that_cannot_fit_is_refused_before_a_byte_is_written(tmp_path,
                                                                        finished_short_run):
     """5,000 documents on a 2 MB file system: once the end of a SIGBUS and a staging directory

@@ -73,6 +73,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_resumed(
     assert [r["step"] for r in read_metrics(workdir)] == list(range(1, 9))
 
 
+@pytest.mark.slow
 def test_every_checkpoint_damaged_is_one_line_and_exit_2(finished, small_corpus_dir, tmp_path):
     workdir = copy_of(finished, tmp_path)
     for state in glob.glob(os.path.join(workdir, "checkpoints", "*", "state")):
@@ -84,6 +85,7 @@ def test_every_checkpoint_damaged_is_one_line_and_exit_2(finished, small_corpus_
     assert "restores" in one_error_line(refused.stderr)
 
 
+@pytest.mark.slow
 def test_a_diverging_run_never_saves_a_non_finite_checkpoint(finished, small_corpus_dir, tmp_path):
     """Resumed with an absurd learning rate, checkpointing every step and keeping one: exit 1,
     and checkpoint 6 is still there, pushed out neither by NaN checkpoints nor by finite but
@@ -106,6 +108,7 @@ def test_a_diverging_run_never_saves_a_non_finite_checkpoint(finished, small_cor
         assert all(np.isfinite(leaf).all() for leaf in params.values()), step
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_busy_workdir_is_refused_naming_the_holder(small_corpus_dir, tmp_path):
     workdir = str(tmp_path / "wd")
     args = tiny_args(workdir, small_corpus_dir, **{"train.steps": 100_000,
@@ -131,6 +134,7 @@ def test_a_second_run_on_a_busy_workdir_is_refused_naming_the_holder(small_corpu
     assert first.returncode == 0
 
 
+@pytest.mark.slow
 def test_a_stop_before_the_first_step_exits_0_and_the_same_command_runs(small_corpus_dir,
                                                                         tmp_path):
     workdir = str(tmp_path / "wd")
