@@ -12,6 +12,8 @@ from bertjax.core import storage, transfer
 from bertjax.core.errors import UserError
 from gcs_emulator import GcsEmulator  # noqa: E402  (tests/ is on sys.path)
 
+pytestmark = pytest.mark.gcs
+
 
 @pytest.fixture
 def frozen_bucket(monkeypatch):

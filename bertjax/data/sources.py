@@ -253,8 +253,9 @@ def _first_line(error: Exception) -> str:
 def tensorflow_datasets(spec: str):
     """The tensorflow_datasets module (the tfds extra, with array_record, the format bertjax
     reads TFDS datasets in), to read the input `spec`."""
+    tfds = extras.require("tensorflow_datasets", "tfds", f"reading {spec}")
     extras.require("array_record", "tfds", f"reading {spec}")
-    return extras.require("tensorflow_datasets", "tfds", f"reading {spec}")
+    return tfds
 
 
 def _tfds_documents(spec: str, stats: SourceStats, data_dir: str | None,
