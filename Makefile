@@ -1,6 +1,7 @@
 # The README's set-up commands. Each creates .venv when absent and installs into it what it needs:
 #   make demo      the core package, then the main job on a small real corpus
-#   make test      the core, the extras the fast tier uses and the test tools; the fast tier
+#   make test      the core, the extras the fast tier uses (hf, retrieval, books) and the test
+#                  tools; the fast tier
 #   make test-all  every extra and test tool; every test
 PYTHON ?= python3
 VENV ?= .venv
@@ -33,7 +34,7 @@ $(VENV)/.installed: $(VENV)/bin/uv setup.cfg pyproject.toml
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/bin/uv setup.cfg pyproject.toml
-	$(UV_INSTALL) -e '.[hf,retrieval,test]'
+	$(UV_INSTALL) -e '.[hf,retrieval,books,test]'
 	touch $@
 
 $(VENV)/.installed-all: $(VENV)/bin/uv setup.cfg pyproject.toml

@@ -186,6 +186,7 @@ def test_books_extra_is_refused_before_anything_is_fetched(monkeypatch, capsys, 
     assert not os.path.exists(tmp_path / "books+wiki.txt")
 
 
+@pytest.mark.tfds  # each module blocked while the other is installed
 @pytest.mark.parametrize("module", EXTRAS["tfds"])
 def test_tfds_extra(module, monkeypatch, capsys, tmp_path):
     _block(monkeypatch, module)

@@ -236,13 +236,13 @@ def _wikipedia_documents(path: str) -> Iterator[list[str]]:
 def _sources(corpus: str) -> list[tuple[str, list[Document]]]:
     """Every source of `corpus`, fetched and split into sentences (nothing is written yet)."""
     if "debian" in CORPORA[corpus][1]:
-        try:  # first: apt-get is what fails away from Debian 12, and no extra mends that
+        _rdata()  # without the books extra, refused before any package is fetched
+        try:  # first: apt-get is what fails away from Debian 12
             for spec in DEBIAN_PACKAGES:
                 debian_archive.fetch(spec)
         except debian_archive.Unavailable as e:
             raise UserError(f"{corpus} cannot be fetched here (apt-get download {e.package}: "
                             f"{e.reason}); {PORTABLE_HINT}") from None
-        _rdata()  # the books extra, before any package is read
     found = []
     for part in CORPORA[corpus][1]:
         if part == WIKIPEDIA:
