@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from bertjax.aot.pretrain_step import out_of_hbm
 from bertjax.core.errors import UserError
 from bertjax.train import compilation
 from pretrain_runs import CHILD_XLA_FLAGS
@@ -72,3 +73,21 @@ def test_a_run_that_does_not_fit_is_refused_before_its_first_step(tmp_path, smal
                         r"train\.batch_size, raise train\.accumulation_steps, set model\.remat, "
                         r"or shard over more devices \(mesh\.fsdp\)", lines[-1]), lines[-1]
     assert not (workdir / "checkpoints").exists() and not (workdir / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("message, sizes", [
+    ("RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space "
+     "hbm. Used 2.60T of 15.75G hbm. Exceeded hbm capacity by 2.58T. the total memory required "
+     "for HLO temporaries (2.60T) exceeds available HBM (15.75G)", (2.60 * 1024, 15.75)),
+    ("Ran out of memory in memory space hbm. ... (309.71G) exceeds available HBM (15.75G)",
+     (309.71, 15.75)),
+    ("... required for arguments (512.00M) exceeds available HBM (16.00G)", (0.5, 16.0)),
+    ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 1.50T of 95.74G hbm.",
+     (1.5 * 1024, 95.74)),
+])
+def test_libtpus_out_of_memory_refusal_is_read_whatever_its_unit(message, sizes):
+    assert out_of_hbm(message) == pytest.approx(sizes)
+
+
+def test_other_compile_errors_are_not_read_as_out_of_memory():
+    assert out_of_hbm("INTERNAL: Mosaic failed to compile TPU kernel") is None

@@ -42,8 +42,22 @@ class Compiled:
 
 
 # libtpu's words for a program that does not fit, e.g. "... required for HLO temporaries
-# (309.71G) exceeds available HBM (15.75G)" (its G: 2**30 bytes).
-_OUT_OF_HBM = re.compile(r"Ran out of memory.*?\(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)")
+# (309.71G) exceeds available HBM (15.75G)": its sizes carry a binary unit (B, K, M, G, T, P).
+_SIZE = r"([\d.]+)([KMGTP]?)B?"
+_OUT_OF_HBM = (re.compile(rf"\({_SIZE}\) exceeds available HBM \({_SIZE}\)"),
+               re.compile(rf"Used {_SIZE} of {_SIZE} hbm"))
+_UNIT_GIB = {"": 2.0 ** -30, "K": 2.0 ** -20, "M": 2.0 ** -10, "G": 1.0, "T": 2.0 ** 10,
+             "P": 2.0 ** 20}
+
+
+def out_of_hbm(message: str) -> tuple[float, float] | None:
+    """(GiB needed, GiB a chip holds) from libtpu's out-of-memory refusal; None for any other
+    error."""
+    found = next((f for f in (p.search(message) for p in _OUT_OF_HBM) if f), None)
+    if found is None:
+        return None
+    needed, needed_unit, held, held_unit = found.groups()
+    return float(needed) * _UNIT_GIB[needed_unit], float(held) * _UNIT_GIB[held_unit]
 
 
 class PretrainTarget:
@@ -89,12 +103,12 @@ class PretrainTarget:
         except jax.errors.JaxRuntimeError as e:
             # libtpu's compiler refuses a program larger than a chip's HBM itself, before
             # compile_step can compare: the same refusal, in training's words.
-            needed = _OUT_OF_HBM.search(str(e))
-            if needed is None:
+            sizes = out_of_hbm(str(e))
+            if sizes is None:
                 raise
             raise UserError(
-                f"{name} needs {needed.group(1)} GiB per device but a device holds "
-                f"{needed.group(2)} GiB (libtpu's compiler): lower train.batch_size, raise "
+                f"{name} needs {sizes[0]:.2f} GiB per device but a device holds "
+                f"{sizes[1]:.2f} GiB (libtpu's compiler): lower train.batch_size, raise "
                 "train.accumulation_steps, set model.remat, or shard over more devices "
                 "(mesh.fsdp)") from None
 
