@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import os
 import posixpath
 import re
@@ -89,10 +90,16 @@ def bucket(url: str) -> str:
 
 def timeout_seconds() -> float:
     raw = os.environ.get("BERTJAX_STORAGE_TIMEOUT", "")
+    if not raw:
+        return DEFAULT_TIMEOUT_S
     try:
-        return float(raw) if raw else DEFAULT_TIMEOUT_S
+        seconds = float(raw)
     except ValueError:
-        raise UserError(f"BERTJAX_STORAGE_TIMEOUT={raw!r} is not a number of seconds") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):  # nan, inf, 0 and less bound nothing
+        raise UserError(f"BERTJAX_STORAGE_TIMEOUT={raw!r} must be a positive, finite number of "
+                        "seconds")
+    return seconds
 
 
 def filesystem(url: str):
