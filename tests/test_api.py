@@ -46,6 +46,7 @@ def test_all_layers_are_the_same_with_scan_and_with_a_loop(pretrained):
     np.testing.assert_array_equal(scanned.sequence, plain.sequence)
 
 
+@pytest.mark.slow
 def test_buckets_keep_shapes_few_and_results_independent_of_the_batch(pretrained):
     assert [bucket_length(n, 8, 64) for n in (1, 8, 9, 63, 64, 100)] == [8, 8, 16, 64, 64, 64]
     assert [bucket_rows(n, 32) for n in (1, 3, 5, 32, 33)] == [1, 4, 8, 32, 32]
@@ -122,6 +123,7 @@ def test_fill_mask_compiles_once_per_length_bucket_not_per_length(pretrained):
         np.testing.assert_allclose([p for _, p in found[0]], [p for _, p in alone[0]], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_predict_of_a_fine_tuned_run_is_what_predict_mode_writes(tmp_path, tokenizer_dir):
     cfg = config(True)
     classifier = SequenceClassifier(cfg, num_labels=2)

@@ -301,6 +301,7 @@ def test_bad_sources_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, sma
         assert not os.path.exists(out) and not leftovers(tmp_path), argv
 
 
+@pytest.mark.slow
 def test_head_records_that_do_not_fit_the_parameters_are_refused(
         tmp_path, capsys, tokenizer_dir, encoder_outputs):
     config, encoder, *_ = encoder_outputs
@@ -360,6 +361,7 @@ def test_an_existing_output_is_kept_unless_overwrite_and_a_failed_write_keeps_it
     assert not leftovers(tmp_path)
 
 
+@pytest.mark.slow
 def test_a_sentencepiece_vocabulary_is_shipped_beside_the_model_with_a_warning(
         tmp_path, capsys, small_workdir, demo_articles):
     from bertjax.data.tokenizer_training import train_sentencepiece

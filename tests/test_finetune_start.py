@@ -54,6 +54,7 @@ def pretrained_export(tmp_path_factory):
     return directory, params
 
 
+@pytest.mark.slow
 def test_only_the_encoder_is_loaded_and_the_top_layers_can_start_fresh(pretrained_export):
     directory, source = pretrained_export
     mesh = make_mesh()

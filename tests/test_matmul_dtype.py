@@ -6,6 +6,7 @@ import jax
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from bertjax.cli import main
 from bertjax.model.config import preset
@@ -48,6 +49,7 @@ def dots(function, params):
     return found
 
 
+@pytest.mark.slow
 def test_bf16_operands_fp32_results_in_the_dense_layers_and_the_output_layer():
     params, apply = forward(tiny(matmul_dtype="bfloat16"))
     found = dots(apply, params)

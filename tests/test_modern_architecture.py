@@ -115,6 +115,7 @@ def test_the_modern_encoder_has_modernberts_parameters_only():
     assert all("bias" not in layer[n] for n in ("intermediate", "output", "attention_norm"))
 
 
+@pytest.mark.slow
 def test_scanned_layers_choose_each_layers_attention_kind_like_a_loop():
     """Under nn.scan the kind (global or sliding window) is chosen per layer at run time."""
     ids = jnp.asarray(np.random.default_rng(4).integers(5, 50, (2, 40)), jnp.int32)

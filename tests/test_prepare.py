@@ -72,6 +72,7 @@ def snapshot(directory):
     return sorted(entries)
 
 
+@pytest.mark.slow
 def test_prepare_real_text_decodes_to_the_tokenizers_ids(wiki_slice, bert, tmp_path, monkeypatch):
     path, documents = wiki_slice
     out = str(tmp_path / "prepared")

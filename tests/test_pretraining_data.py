@@ -213,6 +213,7 @@ def test_nsp_pairs_are_adjacent_text_or_another_documents(wiki):
     assert abs(positives / len(examples) - 0.5) < 0.02
 
 
+@pytest.mark.slow
 def test_short_seq_prob_makes_short_examples(wiki):
     # Targets are reached a whole sentence at a time (as in BERT), so a short target still makes
     # an example of two sentences or more: the effect shows at lengths well above a sentence's.
@@ -275,6 +276,7 @@ def test_full_sentence_packs_equal_fairseq_complete_blocks(wiki):
         assert ours == packs
 
 
+@pytest.mark.slow
 def test_full_sentence_examples_are_the_packed_text(wiki):
     data = make_data(wiki, mode="full_sentences")
     special = wiki.tokenizer.special

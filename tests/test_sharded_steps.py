@@ -167,6 +167,7 @@ def test_bf16_compute_keeps_fp32_master_parameters_and_stays_close(single):
     assert np.any(scale != scale.astype(jnp.bfloat16).astype(np.float32))
 
 
+@pytest.mark.slow
 def test_seeds_share_one_initialization_program_and_give_different_parameters():
     """The seed's key is an argument of the compiled initialization, not a constant: restarts
     and a benchmark's seeds compile it once between them."""

@@ -165,6 +165,7 @@ def test_step_donates_the_old_state(bert):
     assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(new_state))
 
 
+@pytest.mark.slow
 def test_step_is_a_pure_function_of_state_and_batch(bert):
     setup = bert["sharded"]
     first = setup["steps"][1](_copy(setup["state"]), setup["batch"])

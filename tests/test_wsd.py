@@ -79,6 +79,7 @@ def test_wordnet_morphology_uses_the_exception_lists_and_the_part_of_speech():
     assert not wordnet.is_form_of("bankrupt", "bank", "n", exc)
 
 
+@pytest.mark.slow
 def test_the_held_out_split_is_deterministic_disjoint_and_covers_every_sense(examples):
     dataset = wordnet.split(examples, lemmas=40)
     again = wordnet.split(list(examples), lemmas=40)

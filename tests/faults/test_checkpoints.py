@@ -121,6 +121,7 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_previous_one_used(
     assert latest_step(workdir) == 20
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_model_is_refused_and_nothing_moves(bert, workdir):
     with Checkpointer(workdir) as checkpointer:
         with pytest.raises(UserError, match="made with another model shape or vocabulary"):

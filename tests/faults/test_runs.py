@@ -56,6 +56,7 @@ def copy_of(finished, tmp_path):
     return workdir
 
 
+@pytest.mark.slow
 def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_resumed(
         finished, small_corpus_dir, tmp_path):
     workdir = copy_of(finished, tmp_path)
