@@ -171,6 +171,7 @@ def test_a_lone_string_is_refused_wherever_a_list_of_texts_belongs(models, call)
     assert "got one string 'a text'; for one item, pass ['a text']" in str(raised.value)
 
 
+@pytest.mark.slow
 def test_a_list_of_one_text_is_one_result_and_fill_mask_takes_one_text(models):
     model = models["pretrained"]
     assert model.embed(["a great film"]).shape == (1, HIDDEN)

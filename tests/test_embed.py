@@ -201,6 +201,7 @@ def md5(path):
         return hashlib.md5(f.read()).hexdigest()
 
 
+@pytest.mark.slow
 def test_embed_cli_writes_what_the_api_returns(tmp_path, capsys, tiny_dir, sentences):
     texts = sentences[:2] + [""] + sentences[-2:]  # a blank line keeps its row
     source = tmp_path / "texts.txt"

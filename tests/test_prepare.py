@@ -113,6 +113,7 @@ class SimulatedCrash(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_resume_after_a_crash_mid_shard(wiki_slice, bert, tmp_path, monkeypatch):
     path, _ = wiki_slice
     reference, out = str(tmp_path / "reference"), str(tmp_path / "resumed")

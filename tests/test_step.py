@@ -140,6 +140,7 @@ def test_parameters_are_sharded_as_the_rules_say(bert, spanbert):
     assert scanned.shape == (2, 128, 512) and scanned.sharding.spec == P(None, "fsdp", "tensor")
 
 
+@pytest.mark.slow
 def test_abstract_state_matches_the_created_one(bert):
     sharded = bert["sharded"]
     optimizer = make_optimizer(OPTIMIZER)
