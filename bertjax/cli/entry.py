@@ -3,7 +3,7 @@
 A command refuses bad input (a bad flag included) with one line on stderr, `bertjax: error: ...`,
 and exit status 2 (`bertjax.core.errors`); it never prints argparse's usage dump or a traceback.
 Its main is decorated with `command`, which also keeps the libraries' routine log chatter off
-stderr (`bertjax.core.library_logs`).
+stderr (`bertjax.core.library_logs`) and JAX off an absent TPU (`bertjax.core.platforms`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from absl import logging as absl_logging  # noqa: F401
 
 from bertjax.core.errors import UserError, exit_on_user_error
 from bertjax.core.library_logs import quiet_routine_library_logs
+from bertjax.core.platforms import keep_off_absent_tpu
 
 _F = TypeVar("_F", bound=Callable[..., object])
 
@@ -33,10 +34,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def command(main: _F) -> _F:
     """Decorates a command's main: routine library logs quieted, a UserError one line on stderr
-    and exit status 2 (a main that returns its status may catch UserError itself)."""
+    and exit status 2 (a main that returns its status may catch UserError itself). JAX is kept
+    off libtpu where no TPU chip is attached (`bertjax.core.platforms`)."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
+        keep_off_absent_tpu()
         quiet_routine_library_logs()
         return main(*args, **kwargs)
 
