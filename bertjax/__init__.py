@@ -6,7 +6,7 @@
 """
 
 from bertjax.core.errors import UserError  # what the API raises for bad arguments (a ValueError)
-from bertjax.core.platforms import keep_off_absent_tpu
+from bertjax.core.platforms import keep_off_absent_accelerators
 
 __version__ = "0.1.0"
 
@@ -15,5 +15,5 @@ def load(path: str, **options):
     """A trained encoder ready to use (`bertjax.inference.api.Model`); see `bertjax.inference.api.load`."""
     from bertjax.inference.api import load as _load  # deferred: `import bertjax` stays cheap (no JAX)
 
-    keep_off_absent_tpu()  # JAX is imported by now: its setting, not the environment, is set
+    keep_off_absent_accelerators()  # JAX is imported by now: its setting, not the environment, is set
     return _load(path, **options)

@@ -48,14 +48,15 @@ def test_the_users_choice_and_a_tpu_machine_keep_jaxs_own_choice(tmp_path, monke
     pci = str(pci_tree(tmp_path, [("0x1ae0", "0x120000")]))
     dev = str(tmp_path / "dev")
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    assert platforms.platforms_without_absent_tpu(pci, dev) is None
+    assert platforms.platforms_present(pci, dev) is None
     monkeypatch.delenv("JAX_PLATFORMS")
     monkeypatch.setattr(platforms, "libtpu_installed", lambda: False)
-    assert platforms.platforms_without_absent_tpu(pci, dev) is None  # JAX cannot start a TPU
+    assert platforms.platforms_present(pci, dev) is None  # JAX cannot start a TPU
     monkeypatch.setattr(platforms, "libtpu_installed", lambda: True)
-    assert platforms.platforms_without_absent_tpu(pci, dev) is None  # a TPU chip: JAX's choice
+    monkeypatch.setattr(platforms, "_gpu_plugins", lambda dev: [])
+    assert platforms.platforms_present(pci, dev) is None  # a TPU chip: JAX's choice
     plain = str(pci_tree(tmp_path / "vm", [("0x8086", "0x060000")]))
-    assert platforms.platforms_without_absent_tpu(plain, str(tmp_path / "vm" / "dev")) == "cpu"
+    assert platforms.platforms_present(plain, str(tmp_path / "vm" / "dev")) == "cpu"
 
 
 def _holds_libtpu(pid: int) -> bool:
@@ -93,3 +94,18 @@ def test_a_command_beside_a_compile_prints_nothing_of_libtpus(tmp_path):
     assert len(lines) == 1 and lines[0].startswith(
         "bertjax: error: mesh data=3, fsdp=1, tensor=1 needs 3 devices but there are "), lines
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("libtpu, gpus, chosen", [
+    (False, [], None),                          # nothing JAX could start in vain
+    (False, [("cuda", True)], None),            # a GPU machine: JAX's own choice
+    (False, [("cuda", False)], "cpu"),          # the CUDA plugin without a GPU
+    (True, [("cuda", True)], "cuda,cpu"),       # libtpu on a GPU machine
+    (True, [("cuda", False), ("rocm", False)], "cpu"),
+])
+def test_only_the_accelerators_present_are_started(tmp_path, monkeypatch, libtpu, gpus, chosen):
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(platforms, "libtpu_installed", lambda: libtpu)
+    monkeypatch.setattr(platforms, "_gpu_plugins", lambda dev: gpus)
+    plain = str(pci_tree(tmp_path, [("0x8086", "0x060000")]))
+    assert platforms.platforms_present(plain, str(tmp_path / "dev")) == chosen

@@ -4,7 +4,7 @@ against the chip's, its FLOPs, HBM traffic and collectives a step, and a rooflin
 step time. A config that does not fit a chip is refused with training's own one line (exit 2).
 
     python -m bertjax.compile --config=configs/platform.py:tpu_v4_32 --topology=v4-32
-        [--num-slices=2] [--json OUT] [--config.KEY=VALUE ...]
+        [--num-slices=2] [--json OUT [--overwrite]] [--config.KEY=VALUE ...]
 
 Slices are named as Google Cloud names them: v4-N and v5p-N count TensorCores (two a chip),
 v5e-N (or v5litepod-N) and v6e-N count chips. The figures are estimates from the compiled HLO
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 
 from bertjax import settings
@@ -22,13 +23,26 @@ from bertjax.aot import report, topology
 from bertjax.aot.pretrain_step import PretrainTarget
 from bertjax.cli import entry
 from bertjax.cli.config_flags import overridden_keys, parse_config
-from bertjax.core import atomic_files
+from bertjax.core import output_dir
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError
 from bertjax.core.errors import report as report_error
 from bertjax.settings import PretrainSettings
 
 USAGE = ("python -m bertjax.compile --config=FILE --topology=SLICE [--num-slices=N] "
-         "[--json OUT] [--config.KEY=VALUE ...]")
+         "[--json OUT [--overwrite]] [--config.KEY=VALUE ...]")
+
+
+def _is_report(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and {"topology", "phases"} <= found.keys()
+
+
+# What --json writes, and so the only file --overwrite replaces.
+REPORT = output_dir.Kind("bertjax.compile report", directory=False, holds=_is_report)
 
 
 def parse_args(argv: list[str]):
@@ -41,7 +55,10 @@ def parse_args(argv: list[str]):
                         help="the TPU slice, e.g. v4-8, v4-32, v5e-8, v5e-256, v5p-64, v6e-8")
     parser.add_argument("--num-slices", type=int, default=1,
                         help="that many slices, joined by the data-center network (multislice)")
-    parser.add_argument("--json", metavar="OUT", help="also write the report to this file")
+    parser.add_argument("--json", metavar="OUT",
+                        help="also write the report to this file (a local path or gs://)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --json report")
     parser.add_argument("--config", metavar="FILE[:ARG]", help="the job's config file")
     options, rest = parser.parse_known_args(argv[1:])
     stray = [arg for arg in rest if not arg.startswith("--config.")]
@@ -57,7 +74,16 @@ def parse_args(argv: list[str]):
     if not isinstance(s, PretrainSettings):
         raise UserError("bertjax.compile compiles pretraining configs (task=pretrain); "
                         f"this config's task is {s.task!r}")
+    if options.json:  # refused before the compile, as every output is
+        output_dir.check_target(options.json, overwrite=options.overwrite, kind=REPORT,
+                                sources=[_config_file(options.config)])
+    elif options.overwrite:
+        raise UserError("--overwrite replaces the --json report: give --json OUT")
     return options, slice_, s
+
+
+def _config_file(config: str | None) -> str | None:
+    return config.split(":", 1)[0] if config else None
 
 
 def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
@@ -89,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         options, slice_, s = parse_args(argv)
         result = run(options, slice_, s)
         if options.json:
-            atomic_files.write_json(options.json, result)
+            with output_dir.staged_file(options.json, overwrite=options.overwrite, kind=REPORT,
+                                        sources=[_config_file(options.config)], mode="w") as f:
+                f.write(json.dumps(result, indent=2) + "\n")
     except UserError as e:
         report_error(str(e))
         return EXIT_BAD_INPUT

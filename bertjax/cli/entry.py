@@ -3,7 +3,8 @@
 A command refuses bad input (a bad flag included) with one line on stderr, `bertjax: error: ...`,
 and exit status 2 (`bertjax.core.errors`); it never prints argparse's usage dump or a traceback.
 Its main is decorated with `command`, which also keeps the libraries' routine log chatter off
-stderr (`bertjax.core.library_logs`) and JAX off an absent TPU (`bertjax.core.platforms`).
+stderr (`bertjax.core.library_logs`) and JAX off accelerators that are not there
+(`bertjax.core.platforms`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from absl import logging as absl_logging  # noqa: F401
 
 from bertjax.core.errors import UserError, exit_on_user_error
 from bertjax.core.library_logs import quiet_routine_library_logs
-from bertjax.core.platforms import keep_off_absent_tpu
+from bertjax.core.platforms import keep_off_absent_accelerators
 
 _F = TypeVar("_F", bound=Callable[..., object])
 
@@ -35,11 +36,11 @@ class ArgumentParser(argparse.ArgumentParser):
 def command(main: _F) -> _F:
     """Decorates a command's main: routine library logs quieted, a UserError one line on stderr
     and exit status 2 (a main that returns its status may catch UserError itself). JAX is kept
-    off libtpu where no TPU chip is attached (`bertjax.core.platforms`)."""
+    off accelerators whose hardware is absent (`bertjax.core.platforms`)."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
-        keep_off_absent_tpu()
+        keep_off_absent_accelerators()
         quiet_routine_library_logs()
         return main(*args, **kwargs)
 

@@ -1,4 +1,5 @@
-"""Which JAX platforms a bertjax process may start: never libtpu on a machine without TPU chips.
+"""Which JAX platforms a bertjax process may start: never libtpu on a machine without TPU chips,
+nor a GPU plugin without its GPU.
 
 JAX tries every backend it can load, and with libtpu installed (the `tpu` extra, which
 `python -m bertjax.compile` compiles with) that includes the TPU, even where no TPU chip is
@@ -6,8 +7,9 @@ attached. libtpu then starts, fails, and can print its start-up warnings on stde
 find host bounds for accelerator type ...", "unexpected worker hostname ..."), which breaks a
 command's one-line refusal. So a process that was not told its platforms (JAX_PLATFORMS unset),
 on a machine with libtpu installed and no TPU chip attached, is kept to the platforms it has:
-the CPU, and a GPU whose device and JAX plugin are both present. `python -m bertjax.compile`
-loads libtpu by itself for its compile-only devices, which this does not touch.
+the CPU, and a GPU whose device and JAX plugin are both present (a GPU plugin without its GPU
+prints its failed CUDA check the same way). `python -m bertjax.compile` loads libtpu (or the
+CUDA plugin) by itself for its compile-only devices, which this does not touch.
 
 A TPU chip counts as attached when a Google PCI device (vendor 0x1ae0) other than a disk or a
 network card is present (how JAX itself finds TPU chips, without its table of device ids, so a
@@ -47,34 +49,36 @@ def libtpu_installed() -> bool:
     return importlib.util.find_spec("libtpu") is not None
 
 
-def _gpu_platforms(dev: str) -> list[str]:
+def _gpu_plugins(dev: str) -> list[tuple[str, bool]]:
+    """(platform, whether its hardware is there) of each JAX GPU plugin installed."""
     spec = importlib.util.find_spec("jax_plugins")
     installed = [m.name for m in pkgutil.iter_modules(spec.submodule_search_locations)] if (
         spec and spec.submodule_search_locations) else []
-    return [platform for prefix, platform, nodes in _GPU_PLUGINS
-            if any(name.startswith(prefix) for name in installed)
-            and any(Path(dev, node).exists() for node in nodes)]
+    return [(platform, any(Path(dev, node).exists() for node in nodes))
+            for prefix, platform, nodes in _GPU_PLUGINS
+            if any(name.startswith(prefix) for name in installed)]
 
 
-def platforms_without_absent_tpu(pci_devices: str = "/sys/bus/pci/devices",
-                                 dev: str = "/dev") -> str | None:
+def platforms_present(pci_devices: str = "/sys/bus/pci/devices",
+                      dev: str = "/dev") -> str | None:
     """The JAX platforms to keep this process to ("cpu", "cuda,cpu", ...), or None to leave JAX
-    its own choice: when JAX_PLATFORMS is set, libtpu is not installed, or a TPU chip may be
-    attached."""
-    if os.environ.get("JAX_PLATFORMS") or not libtpu_installed():
+    its own choice: when JAX_PLATFORMS is set, a TPU chip may be attached (a TPU VM), or no
+    accelerator plugin is installed without its hardware."""
+    if os.environ.get("JAX_PLATFORMS") or tpu_chips_attached(pci_devices, dev):
         return None
-    if tpu_chips_attached(pci_devices, dev):
+    gpus = _gpu_plugins(dev)
+    if not libtpu_installed() and all(present for _, present in gpus):
         return None
-    return ",".join([*_gpu_platforms(dev), "cpu"])
+    return ",".join([*(platform for platform, present in gpus if present), "cpu"])
 
 
-def keep_off_absent_tpu() -> None:
-    """Keeps this process's JAX off libtpu where no TPU chip is attached (a command's start).
+def keep_off_absent_accelerators() -> None:
+    """Keeps this process's JAX off accelerators whose hardware is absent (a command's start).
     Before JAX is imported this sets JAX_PLATFORMS, which JAX reads at import (a command that
     refuses its input before importing JAX stays quick) and a child process on the same machine
     inherits with the same answer; after, JAX's own setting, which holds until its backends
     start."""
-    platforms = platforms_without_absent_tpu()
+    platforms = platforms_present()
     if platforms is None:
         return
     jax = sys.modules.get("jax")
