@@ -12,7 +12,7 @@ import types
 import pytest
 
 import cli_in_process
-from bertjax.aot import hlo, report, topology
+from bertjax.aot import gpu, hlo, report, topology
 from bertjax.cli import compile as compile_cli
 from bertjax.core import atomic_files
 from bertjax.core.errors import UserError
@@ -88,7 +88,7 @@ def test_libtpu_describes_one_device_a_chip():
 
 
 def test_unknown_slice_and_missing_libtpu_are_refused_by_name(monkeypatch):
-    with pytest.raises(UserError, match="unknown TPU topology 'v4-7'; known: v4-8, v4-16"):
+    with pytest.raises(UserError, match="unknown topology 'v4-7'; known: v4-8, v4-16"):
         topology.parse("v4-7")
     monkeypatch.setitem(sys.modules, "libtpu", None)  # makes the import fail
     with pytest.raises(UserError, match=r"needs the tpu extra \(libtpu is not installed\): "
@@ -158,7 +158,7 @@ def test_a_batch_that_does_not_fit_a_chip_is_refused_in_one_line():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--topology=v9-8"], "unknown TPU topology 'v9-8'"),
+    (["--topology=v9-8"], "unknown topology 'v9-8'"),
     ([], "the following arguments are required: --topology"),
     (["--topology=v5e-8", "--num-slices=0"], "--num-slices must be at least 1"),
 ])
@@ -222,3 +222,16 @@ def test_hlo_counts_loop_bodies_once_per_iteration():
     # as TPU writes it (batch as a window): 2 x (2 x 64 x 128) x 256. Heads as a padded window
     # (the kernel's heads picked one an output): 2 x (2 x 64 x 2 x 64) x 128.
     assert program.matmul_flops == 3 * 2 * 32 * 16 + 2 * 16384 * 256 + 2 * 16384 * 128
+
+
+# GPU targets: names and the target description, without the CUDA plugin (gpu-compile extra).
+def test_gpu_node_names_and_their_target_config():
+    slice_ = topology.parse("H100-8")
+    assert (slice_.name, slice_.chips, slice_.chip.platform) == ("h100-8", 8, "cuda")
+    assert "h200-4" in topology.known_names()
+    with pytest.raises(UserError, match="unknown topology 'h100-16'"):
+        topology.parse("h100-16")
+    text = gpu.target_config("h200")
+    assert 'name: "NVIDIA H200 141GB HBM3e"' in text and "core_count: 132" in text
+    assert "device_memory_size: 151397597184" in text
+    assert text.count("rate_infos") == 6 + 16 and "collective_memory_granularity" not in text

@@ -29,8 +29,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each extra of setup.cfg: the modules bertjax imports from it.
 EXTRAS = {"retrieval": ("faiss", "bm25s", "Stemmer"), "books": ("rdata",),
           "tfds": ("tensorflow_datasets", "array_record"), "gcs": ("gcsfs",), "tpu": ("libtpu",),
-          "hf": ("torch", "transformers")}
+          "hf": ("torch", "transformers"), "gpu-compile": ("jax_plugins",)}
 PRODUCT_EXTRAS = tuple(EXTRAS)
+NOT_IN_ALL = ("gpu-compile",)  # hundreds of MB that no test needs (setup.cfg)
 TEST_EXTRAS = ("test", "test-all")
 FORBIDDEN_IN_CORE = ("grain", "faiss", "faiss-cpu", "bm25s", "pystemmer", "rdata", "torch",
                      "libtpu")
@@ -63,12 +64,12 @@ def test_core_requirements_name_no_extra_and_all_is_the_union_of_the_product_ext
     extras = {name: _requirements(value)
               for name, value in config["options.extras_require"].items()}
     assert set(extras) == {*PRODUCT_EXTRAS, "all", *TEST_EXTRAS}, sorted(extras)
-    union = {r for name in PRODUCT_EXTRAS for r in extras[name]}
+    union = {r for name in PRODUCT_EXTRAS if name not in NOT_IN_ALL for r in extras[name]}
     assert sorted(extras["all"]) == sorted(union)
     for name in ("zstandard", "cmeel-mimalloc", "filelock"):  # test machinery's, gone
         assert all(_name(r) != name for rs in extras.values() for r in rs), name
     # No product requirement in the test tools' extras: those come with the product's extras.
-    product = {_name(r) for r in union} | core
+    product = {_name(r) for name in PRODUCT_EXTRAS for r in extras[name]} | core
     assert not {_name(r) for name in TEST_EXTRAS for r in extras[name]} & product
 
 
@@ -211,6 +212,14 @@ def test_tpu_extra(monkeypatch, capsys):
     code, _, err = run_cli(compile_cli, ["bertjax.compile", f"--config={REPO}/configs/tiny.py",
                                          "--topology=v5e-8"], capsys)
     _refused(code, err, "tpu")
+
+
+def test_gpu_compile_extra(monkeypatch, capsys):
+    _block(monkeypatch, "jax_plugins")
+    code, _, err = run_cli(compile_cli, ["bertjax.compile", f"--config={REPO}/configs/tiny.py",
+                                         "--topology=h100-8"], capsys)
+    _refused(code, err, "gpu-compile")
+    assert err.startswith("bertjax: error: compiling for a GPU node needs the gpu-compile extra")
 
 
 def test_hf_extra_for_the_torch_peer(monkeypatch, capsys):

@@ -168,6 +168,9 @@ def _computations(hlo: str) -> tuple[dict[str, list[str]], str]:
     return computations, entry
 
 
+_KNOWN_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
 def _trip_count(condition: list[str]) -> int | None:
     constants = {m.group(1): int(m.group(2)) for m in map(_CONSTANT.match, condition) if m}
     for line in condition:
@@ -200,6 +203,9 @@ def _runs(computations: dict[str, list[str]], entry: str
             trips = 1
             if "body" in callees:
                 trips = _trip_count(computations.get(callees.get("condition", ""), []))
+                if trips is None:  # GPU fuses the compare; the loop's backend_config says
+                    known = _KNOWN_TRIPS.search(line)
+                    trips = int(known.group(1)) if known else None
                 uncounted += trips is None
                 trips = trips or 1
             for role, callee in callees.items():

@@ -1,5 +1,6 @@
 """TPU slices as users name them (v4-32, v5e-8, v5litepod-256, ...), their chips' published
-figures, and libtpu's compile-only devices for them.
+figures, and libtpu's compile-only devices for them; likewise one node of NVIDIA GPUs (h100-8,
+h200-8), whose compile-only devices the CUDA plugin (the gpu-compile extra) gives.
 
 The number in a slice's name counts TensorCores for v4 and v5p (two a chip, which JAX sees as
 one megacore device) and chips for v5e and v6e (one TensorCore a chip). libtpu names a topology
@@ -15,6 +16,7 @@ import re
 import jax
 from jax.experimental import topologies
 
+from bertjax.aot import gpu
 from bertjax.core import extras
 from bertjax.core.errors import UserError
 
@@ -28,6 +30,7 @@ class Chip:
     hbm_gb_per_s: float
     ici_gb_per_s: float  # all of one chip's inter-chip links together, one direction
     cores_per_chip: int  # TensorCores counted by the slice name
+    platform: str = "tpu"  # the JAX platform that compiles for it: tpu, or cuda for a GPU
 
 
 # Sources: Google Cloud's TPU system architecture pages, "key specifications" tables (read 2026):
@@ -47,6 +50,20 @@ CHIPS: dict[str, Chip] = {
     "v5p": Chip("v5p", 459.0, 95.0, 2765.0, 600.0, 2),
     "v6e": Chip("v6e", 918.0, 32.0, 1638.0, 400.0, 1),
 }
+
+# Sources: NVIDIA's data sheets (read 2026), SXM form factor; the Tensor Core figures there are
+# "with sparsity", twice the dense rate used here.
+#   H100 https://www.nvidia.com/en-us/data-center/h100/  BF16 1,979 TFLOPS (sparse); 80 GB HBM3,
+#                                                        3.35 TB/s; NVLink 900 GB/s
+#   H200 https://www.nvidia.com/en-us/data-center/h200/  BF16 1,979 TFLOPS (sparse); 141 GB
+#                                                        HBM3e, 4.8 TB/s; NVLink 900 GB/s
+# NVLink's 900 GB/s is both directions together; the "ICI" figure here is one direction (450).
+# HBM is the bytes the device reports (XLA's gpu specs: 84942979072 and 151397597184).
+GPUS: dict[str, Chip] = {
+    "h100": Chip("h100", 989.5, 84942979072 / 2**30, 3350.0, 450.0, 1, "cuda"),
+    "h200": Chip("h200", 989.5, 151397597184 / 2**30, 4800.0, 450.0, 1, "cuda"),
+}
+_GPUS_A_NODE = (1, 2, 4, 8)
 
 # Chips in a slice -> libtpu's chip grid. v4 and v5p slices are 3D tori, v5e and v6e 2D.
 _GRIDS_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8",
@@ -70,11 +87,16 @@ def known_names() -> list[str]:
     for family, chip in CHIPS.items():
         grids = _GRIDS_3D if family in ("v4", "v5p") else _GRIDS_2D
         names += [f"{family}-{chips * chip.cores_per_chip}" for chips in grids]
-    return names
+    return names + [f"{family}-{count}" for family in GPUS for count in _GPUS_A_NODE]
 
 
 def parse(name: str) -> Slice:
     """The slice a user's name means; an unknown name is refused listing the known ones."""
+    gpu = re.fullmatch(r"(h100|h200)-(\d+)", name.strip().lower())
+    if gpu and int(gpu.group(2)) in _GPUS_A_NODE:  # one node; the plugin's grid: 1 x 1 x count
+        count = int(gpu.group(2))
+        return Slice(f"{gpu.group(1)}-{count}", GPUS[gpu.group(1)], count, f"cuda:1x1x{count}",
+                     gpu.group(1))
     match = re.fullmatch(r"(v4|v5e|v5p|v6e|v5litepod|v5lite|v6)-(\d+)", name.strip().lower())
     family = _ALIASES.get(match.group(1), match.group(1)) if match else None
     chip = CHIPS.get(family) if family else None
@@ -82,7 +104,7 @@ def parse(name: str) -> Slice:
     grids = _GRIDS_3D if family in ("v4", "v5p") else _GRIDS_2D
     chips = count // chip.cores_per_chip if chip else 0
     if chip is None or count % chip.cores_per_chip or chips not in grids:
-        raise UserError(f"unknown TPU topology {name!r}; known: {', '.join(known_names())} "
+        raise UserError(f"unknown topology {name!r}; known: {', '.join(known_names())} "
                         "(v5litepod-N is v5e-N)")
     normalised = f"{family}-{count}"
     accelerator = f"v5litepod-{count}" if family == "v5e" else normalised
@@ -107,6 +129,8 @@ def _environment(accelerator_type: str) -> None:
 def devices(slice_: Slice, num_slices: int = 1) -> list:
     """libtpu's compile-only devices of `num_slices` such slices (JAX devices one can compile
     for, not run on), in the order the topology lists them."""
+    if slice_.chip.platform == "cuda":
+        return gpu.devices(slice_.name, slice_.chip.family, slice_.chips, num_slices)
     # libtpu (the tpu extra) is what JAX compiles with; importing it only sets TPU_LIBRARY_PATH
     extras.require("libtpu", "tpu", "compiling for a TPU slice")
     if num_slices < 1:
