@@ -2,7 +2,7 @@
 #   make demo      the core package, then the main job on a small real corpus
 #   make test      the core, the extras the fast tier uses (hf, retrieval, books) and the test
 #                  tools; the fast tier
-#   make test-all  every extra and test tool; every test
+#   make test-all  every extra and test tool (gpu-compile apart, in .venv/gpu-compile); every test
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,8 +12,8 @@ DEMO_WORKDIR ?= workdir/demo
 PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 # What the fast tier leaves to `make test-all` (the markers are described in setup.cfg).
-FULL_TIER_ONLY = slow or tpu_compile or gcs or multiprocess or benchmark or notebook or tfds \
-	or system_packages
+FULL_TIER_ONLY = slow or tpu_compile or gpu_compile or gcs or multiprocess or benchmark or notebook \
+	or tfds or system_packages
 
 .PHONY: demo test test-all install install-test install-all clean-venv
 
@@ -37,8 +37,15 @@ $(VENV)/.installed-test: $(VENV)/bin/uv setup.cfg pyproject.toml
 	$(UV_INSTALL) -e '.[hf,retrieval,books,test]'
 	touch $@
 
+# The gpu-compile extra (the CUDA plugin) goes into a folder of its own: installed in the venv, it
+# makes every JAX process on a machine without a GPU print its failed CUDA checks. The GPU compile
+# test puts the folder on its compile's PYTHONPATH.
+GPU_COMPILE = $$($(PY) -c "import configparser; c = configparser.ConfigParser(); \
+	c.read('setup.cfg'); print(c['options.extras_require']['gpu-compile'])")
+
 $(VENV)/.installed-all: $(VENV)/bin/uv setup.cfg pyproject.toml
 	$(UV_INSTALL) -e '.[all,test,test-all]'
+	$(UV_INSTALL) --no-deps --target $(VENV)/gpu-compile $(GPU_COMPILE)
 	touch $@
 
 install: $(VENV)/.installed

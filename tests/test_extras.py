@@ -31,7 +31,7 @@ EXTRAS = {"retrieval": ("faiss", "bm25s", "Stemmer"), "books": ("rdata",),
           "tfds": ("tensorflow_datasets", "array_record"), "gcs": ("gcsfs",), "tpu": ("libtpu",),
           "hf": ("torch", "transformers"), "gpu-compile": ("jax_plugins",)}
 PRODUCT_EXTRAS = tuple(EXTRAS)
-NOT_IN_ALL = ("gpu-compile",)  # hundreds of MB that no test needs (setup.cfg)
+NOT_IN_ALL = ("gpu-compile",)  # hundreds of MB; make test-all installs it beside `all`
 TEST_EXTRAS = ("test", "test-all")
 FORBIDDEN_IN_CORE = ("grain", "faiss", "faiss-cpu", "bm25s", "pystemmer", "rdata", "torch",
                      "libtpu")
