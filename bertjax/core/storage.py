@@ -66,8 +66,12 @@ def scheme(url: str) -> str:
 
 
 def absolute(path: str) -> str:
-    """A URL as given (less a trailing slash), a local path made absolute."""
-    return path.rstrip("/") if is_url(path) else os.path.abspath(path)
+    """A URL as given (less a trailing slash, but never its scheme's), a local path made
+    absolute."""
+    if not is_url(path):
+        return os.path.abspath(path)
+    stripped = path.rstrip("/")
+    return stripped if is_url(stripped) else path
 
 
 def join(base: str, *parts: str) -> str:
@@ -84,8 +88,10 @@ def basename(path: str) -> str:
 
 def bucket(url: str) -> str:
     """`gs://bucket` of `gs://bucket/run/x`."""
-    rest = url[len(scheme(url)) + 3:]
-    return f"{scheme(url)}://{rest.split('/', 1)[0]}"
+    name = url[len(scheme(url)) + 3:].split("/", 1)[0]
+    if not name:
+        raise UserError(f"{url} names no bucket: write {scheme(url)}://BUCKET/PATH")
+    return f"{scheme(url)}://{name}"
 
 
 def timeout_seconds() -> float:
@@ -107,6 +113,7 @@ def filesystem(url: str):
     installed is one line naming what to install, and gs:// without credentials one line
     saying how to get them."""
     name = scheme(url)
+    bucket(url)  # a URL naming no bucket is refused before any request
     if name in GCS_SCHEMES:
         extras.require("gcsfs", "gcs", f"{url}: a {name}:// path")
         bound_gcs_requests()
