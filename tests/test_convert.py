@@ -332,6 +332,11 @@ def empty_dir(directory):
     (lambda d: os.remove(os.path.join(d, "model.safetensors")), ["has no weights"]),
     (truncate_weights, ["model.safetensors", "truncated"]),
     (edit_config(model_type="roberta", architectures=["RobertaForMaskedLM"]),
+     ["unsupported model_type 'roberta'", "reads BERT"]),
+    # The model type names the family: not "architecture ModernBertForMaskedLM" of a BERT list.
+    (edit_config(model_type="gpt2", architectures=["ModernBertForMaskedLM"]),
+     ["unsupported model_type 'gpt2'", "ModernBERT ('modernbert')"]),
+    (edit_config(architectures=["RobertaForMaskedLM"]),
      ["unsupported architecture RobertaForMaskedLM"]),
     (edit_config(architectures=None, model_type="roberta"), ["unsupported model_type 'roberta'"]),
     (edit_config(hidden_size=60), ["has shape", "does not fit the model config"]),

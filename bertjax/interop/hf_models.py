@@ -173,7 +173,14 @@ class Imported:
 
 
 def check_architecture(hf_config: Mapping) -> None:
-    """Refuses, by name, any architecture that is not a BERT (or ModernBert) encoder."""
+    """Refuses, by name, any model type or architecture that is not a BERT (or ModernBert)
+    encoder: the model type first, which names the family (an architecture judged against the
+    wrong family's list would name the wrong thing)."""
+    model_type = hf_config.get("model_type", "bert")  # Google's bert_config.json has none
+    if model_type not in ("bert", hf_modernbert.MODEL_TYPE):
+        raise UserError(f"unsupported model_type {model_type!r}: bertjax reads BERT "
+                        f"(model_type 'bert') and ModernBERT ('{hf_modernbert.MODEL_TYPE}') "
+                        "encoders")
     modern = hf_modernbert.is_modernbert(hf_config)
     known = hf_modernbert.ARCHITECTURES if modern else BERT_ARCHITECTURES
     for architecture in hf_config.get("architectures") or []:
