@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bertjax.aot import hlo, traffic_categories
+from bertjax.aot import hlo, hlo_traffic, traffic_categories
 from bertjax.aot.minimum_bytes import minimum_bytes
 from bertjax.model.config import EncoderConfig
 from bertjax.parallel.mesh import make_mesh
@@ -93,7 +93,6 @@ def test_a_conditional_counts_its_larger_branch_not_both():
 
 
 def test_arrays_in_on_chip_memory_spaces_are_not_hbm_bytes():
-    from bertjax.aot import hlo_traffic
     assert hlo_traffic.hbm_bytes("(bf16[8]{0:T(8)S(1)}, f32[4]{0}, u32[]{:S(2)})") == 16
     assert hlo_traffic.shape_bytes("(bf16[8]{0:T(8)S(1)}, f32[4]{0}, u32[]{:S(2)})") == 36
 
