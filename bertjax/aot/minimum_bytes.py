@@ -19,9 +19,9 @@ element (f32: 4), c the compute dtype's, S its optimizer state's bytes, L layers
                                             masked positions' logits on chip
     batch             its arrays, read once
 
-Collectives: the data-parallel shards (data x fsdp, n of them) must sum the gradients; a
-bandwidth-optimal all-reduce (reduce-scatter, then all-gather) sends 2*(n-1)/n of a chip's
-gradient bytes (N*p) over its links.
+Collectives: the data-parallel shards (data x fsdp, n of them) must sum the gradients: each
+chip holds the other n-1 shards' part of the sum, so at least (n-1)/n of its gradient bytes
+(N*p) leave it (a ring all-reduce sends twice that; the HLO counts a collective's result).
 """
 
 from __future__ import annotations
@@ -89,5 +89,5 @@ def minimum_bytes(state, batch: dict, config: EncoderConfig, mesh, seq_len: int)
         "mlm_head": 0,
         "batch": sum(_local(leaf)[1] for leaf in jax.tree.leaves(batch)),
     }
-    collective = 2 * (shards - 1) * param_bytes // shards if shards > 1 else 0
+    collective = (shards - 1) * param_bytes // shards
     return MinimumBytes(hbm, collective, sequences)
