@@ -6,10 +6,10 @@ exists, so that the bound is a true minimum (docs/tpu-compile.md writes the mode
 Per chip, with N its parameter elements (its shard under fsdp/tensor), p the parameters' bytes an
 element (f32: 4), c the compute dtype's, S its optimizer state's bytes, L layers, t its tokens:
 
-    optimizer update  2*N*p + N*p + 2*S     parameters read and written, gradients read, state
-                                            read and written, each once
-    weights           2*N*min(p, c) + N*p   read by the forward and backward pass, gradients
-                                            written once
+    optimizer update  2*N*p + 2*S           parameters and state read and written once (the
+                                            step's inputs and outputs); the gradients need not
+                                            touch HBM (an update fused into the backward pass)
+    weights           2*N*min(p, c)         read by the forward and the backward pass
     activations       2*L*t*k*c             the tensors the remat policy saves, written once in
                                             the forward pass, read once in the backward: k
                                             elements a token a layer: full H (the layer input),
@@ -81,8 +81,8 @@ def minimum_bytes(state, batch: dict, config: EncoderConfig, mesh, seq_len: int)
     tokens = sequences * seq_len
     tensor = mesh.shape.get("tensor", 1)
     hbm = {
-        "optimizer_update": 3 * param_bytes + 2 * opt_state,
-        "weights": int(2 * elements * min(per_element, compute)) + param_bytes,
+        "optimizer_update": 2 * param_bytes + 2 * opt_state,
+        "weights": int(2 * elements * min(per_element, compute)),
         "activations": (2 * config.num_layers * tokens * saved_per_token(config) * compute
                         // tensor),
         "attention": 0,

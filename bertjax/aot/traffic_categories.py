@@ -12,7 +12,8 @@ An op goes to the first category whose rule it meets:
     attention              the encoder's attention outside its four projections (scores,
                            softmax, probabilities times values)
     weights                ops none of whose arrays has a token dimension (a chip's sequences or
-                           tokens): weight casts and slices, gradient sums
+                           tokens): weight casts and slices, gradient sums (an op with no
+                           source name goes by this rule and the next)
     activations            the rest: the layers' matmuls, norms, GELU, residuals, embeddings
 """
 
@@ -36,12 +37,13 @@ def category(op: hlo.OpBytes, token_dims: frozenset[int]) -> str:
         return "collectives"
     if op.opcode in _COPIES or op.name.startswith(("copy", "transpose")):
         return "copies_and_transposes"
-    if "jvp(" not in op.op_name:
-        return "optimizer_update"
-    if "/encoder/" not in op.op_name:
-        return "mlm_head"
-    if "/attention/" in op.op_name and not _PROJECTIONS.search(op.op_name):
-        return "attention"
+    if op.op_name:  # the compiler's own ops (casts it hoisted, say) carry no source name
+        if "jvp(" not in op.op_name:
+            return "optimizer_update"
+        if "/encoder/" not in op.op_name:
+            return "mlm_head"
+        if "/attention/" in op.op_name and not _PROJECTIONS.search(op.op_name):
+            return "attention"
     dims = {int(d) for shape in _DIMS.findall(op.shapes) for d in shape.split(",") if d}
     if not dims & token_dims:
         return "weights"
