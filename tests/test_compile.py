@@ -118,7 +118,15 @@ def check_report(report: dict, chips: int) -> dict:
     roofline = phase["roofline"]
     assert roofline["step_s_lower_bound"] == max(roofline["compute_s"], roofline["hbm_s"],
                                                  roofline["ici_s"]) > 0
-    assert 0 < roofline["mfu_ceiling"] <= 1
+    assert 0 < roofline["mfu_ceiling"] <= 1 + 1e-9
+    # The bound (true minima) is never slower than the estimate of the compiled program.
+    bound, estimate = roofline["bound"], roofline["estimate"]
+    assert bound["step_s"] == roofline["step_s_lower_bound"]
+    assert bound["hbm_bytes"] <= estimate["hbm_bytes"] == phase["bytes_accessed"]
+    assert bound["step_s"] <= estimate["step_s"] * (1 + 1e-9)
+    assert 0 < estimate["mfu_estimate"] <= roofline["mfu_ceiling"] * (1 + 1e-9)
+    assert sum(estimate["categories"].values()) == estimate["hbm_bytes"]
+    assert estimate["top_fusions"] and estimate["top_fusions"][0]["bytes"] > 0
     assert roofline["tokens_per_s_ceiling"] == pytest.approx(
         8 * 32 / roofline["step_s_lower_bound"])
     return phase
@@ -142,7 +150,8 @@ def test_unrolled_step_on_v4_with_dropout(unrolled_on_v4):
 
 def test_report_prints_and_saves(scanned_on_v5e, tmp_path):
     text = report.describe(scanned_on_v5e)
-    assert "matmuls, from the HLO" in text and "bound," in text and "MFU <=" in text
+    assert "matmuls, from the HLO" in text
+    assert "bound:" in text and "MFU ceiling" in text and "MFU estimate" in text
     atomic_files.write_json(str(tmp_path / "r.json"), scanned_on_v5e)
     assert json.loads((tmp_path / "r.json").read_text())["phases"][0]["flops"] > 0
 

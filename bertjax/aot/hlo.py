@@ -4,13 +4,15 @@ micro-batches) runs once per iteration, and XLA's own cost analysis counts that 
 
 - matmul FLOPs: every `dot` and `convolution` (TPU's compiler writes each dot as one), wherever
   it sits (a fusion called from a loop body counts with that body's trip count);
-- HBM traffic: the operands and results of every op outside a fusion (a fusion's inside stays
-  on the chip), an estimate of the bytes a step moves;
+- HBM traffic: the operands and results in HBM of every op outside a fusion (a fusion's inside
+  stays on the chip), an estimate of the bytes a step moves (`hlo_traffic`: the per-op rule), with
+  each op's share kept for the report's categories and largest fusions;
 - collectives: every all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute.
 
 A loop's trip count is read from its condition (`induction variable < constant`, the form XLA
 gives the loops of `lax.scan` and `fori_loop`); a loop whose count cannot be read counts once and
-is reported in `uncounted_loops`.
+is reported in `uncounted_loops`. A conditional (`lax.cond`, `lax.switch`) runs one branch: it
+counts the branch with the most HBM traffic (then the most FLOPs), not the sum of all.
 """
 
 from __future__ import annotations
@@ -20,14 +22,11 @@ import dataclasses
 import math
 import re
 
+from bertjax.aot import hlo_traffic
+
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
-_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
-          "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
-          "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3b11fnuz": 1, "s4": 1, "u4": 1}
-_SHAPE = re.compile(r"\b(" + "|".join(_BYTES) + r")\[([0-9,]*)\]")
 _HEADER = re.compile(r"^(?:ENTRY )?%(\S+) .*\{$")
-_INSTRUCTION = re.compile(r"^\s+(?:ROOT )?%(\S+) = (.*?) ([a-z][a-z0-9-]*)\(")
 _CALLEES = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)"
                       r"=%([^\s,)]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
@@ -35,13 +34,18 @@ _CONSTANT = re.compile(r"^\s+%(\S+) = s32\[\]\S* constant\((\d+)\)")
 _COMPARE = re.compile(r"compare\(%\S+, %([^\s,)]+)\), direction=LT")
 _WINDOW = re.compile(r"window=\{([^}]*)\}")
 _DIM_LABELS = re.compile(r"dim_labels=([0-9a-z]+)_([0-9a-z]+)->([0-9a-z]+)")
-_OPERANDS = re.compile(r"%([^\s,()]+)")
-# Ops that move no bytes of their own: a loop's or a call's traffic is its body's, a tuple is
-# pointers, a bitcast or a get-tuple-element names an existing buffer, an async op's done half
-# completes what its start half moved.
-_NO_TRAFFIC = frozenset(("parameter", "constant", "tuple", "get-tuple-element", "bitcast",
-                         "while", "call", "conditional", "after-all", "partition-id",
-                         "replica-id", "opt-barrier", "iota"))
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+shape_bytes = hlo_traffic.shape_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class OpBytes:
+    """One op outside a fusion: its HBM bytes a step (every run counted)."""
+    name: str
+    opcode: str
+    op_name: str   # the JAX source's name from the op's metadata ("" if none)
+    shapes: str    # its result's and operands' shapes, for the report's categories
+    bytes: int
 
 
 @dataclasses.dataclass
@@ -62,21 +66,16 @@ class Program:
     matmul_flops: int      # dots and convolutions, 2 FLOPs a multiply-add
     traffic_bytes: int     # operands + results of the ops outside fusions (an estimate)
     collectives: Collectives
+    ops: list[OpBytes] = dataclasses.field(default_factory=list)  # traffic_bytes by op
 
     @property
     def uncounted_loops(self) -> int:
         return self.collectives.uncounted_loops
 
 
-def shape_bytes(text: str) -> int:
-    """Bytes of every array shape in `text` (a tuple's elements summed)."""
-    return sum(_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
-               for dtype, dims in _SHAPE.findall(text))
-
-
 def _dims(shape: str) -> list[int]:
     """The dimensions of the first array shape in `shape`."""
-    match = _SHAPE.search(shape)
+    match = hlo_traffic.ARRAY.search(shape)
     return [int(d) for d in match.group(2).split(",") if d] if match else []
 
 
@@ -180,115 +179,105 @@ def _trip_count(condition: list[str]) -> int | None:
     return None
 
 
-def _runs(computations: dict[str, list[str]], entry: str
-          ) -> tuple[dict[str, int], set[str], int]:
-    """How many times each computation runs a step (entry once; a while body once per
-    iteration); which run inside a fusion (their ops move no HBM bytes of their own); and how
-    many loops' trip counts could not be read."""
-    runs: dict[str, int] = collections.Counter()
-    fused: set[str] = set()
-    uncounted = 0
+@dataclasses.dataclass
+class _Tally:
+    """One run of a computation: what it and everything it calls do."""
+    flops: int = 0
+    traffic: int = 0
+    count: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    size: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    uncounted: int = 0
 
-    def visit(name: str, times: int, inside_fusion: bool) -> None:
-        nonlocal uncounted
-        runs[name] += times
-        if inside_fusion:
-            fused.add(name)
-        for line in computations.get(name, ()):
-            callees = dict(_CALLEES.findall(line))
-            if not callees and "branch_computations=" not in line:
-                continue
-            op = _INSTRUCTION.match(line)
-            opcode = op.group(3) if op else ""
+    def add(self, other: "_Tally", times: int) -> None:
+        self.flops += times * other.flops
+        self.traffic += times * other.traffic
+        self.uncounted += other.uncounted
+        for mine, theirs in ((self.count, other.count), (self.size, other.size),
+                             (self.ops, other.ops)):
+            for key, value in theirs.items():
+                mine[key] += times * value
+
+
+class _Reader:
+    """Tallies computations bottom-up, each (computation, inside a fusion) once."""
+
+    def __init__(self, hlo: str):
+        self.computations, self.entry = _computations(hlo)
+        self.fusions = hlo_traffic.Fusions(self.computations)
+        self.shapes = {}
+        for lines in self.computations.values():
+            for line in lines:
+                op = hlo_traffic.parse([line])[0]
+                self.shapes.update((name, i.shape) for name, i in op.items())
+        self.done: dict[tuple[str, bool], _Tally] = {}
+
+    def tally(self, name: str, fused: bool) -> _Tally:
+        if (name, fused) not in self.done:
+            self.done[name, fused] = _Tally()  # a cycle (none in valid HLO) counts nothing
+            self.done[name, fused] = self._tally(name, fused)
+        return self.done[name, fused]
+
+    def _tally(self, name: str, fused: bool) -> _Tally:
+        total = _Tally()
+        instructions = hlo_traffic.parse(self.computations.get(name, []))[0]
+        for op_name, op in instructions.items():
+            self._own(total, op_name, op, fused)
+            callees = dict(_CALLEES.findall(op.attributes))
             trips = 1
             if "body" in callees:
-                trips = _trip_count(computations.get(callees.get("condition", ""), []))
-                if trips is None:  # GPU fuses the compare; the loop's backend_config says
-                    known = _KNOWN_TRIPS.search(line)
-                    trips = int(known.group(1)) if known else None
-                uncounted += trips is None
-                trips = trips or 1
+                found = _trip_count(self.computations.get(callees.get("condition", ""), []))
+                if found is None:  # GPU fuses the compare; the loop's backend_config says
+                    known = _KNOWN_TRIPS.search(op.attributes)
+                    found = int(known.group(1)) if known else None
+                total.uncounted += found is None
+                trips = found or 1
+            branches = [self.tally(callee, fused)
+                        for group in _BRANCHES.findall(op.attributes)
+                        for callee in re.findall(r"%([^\s,]+)", group)]
             for role, callee in callees.items():
+                if role in ("true_computation", "false_computation"):
+                    branches.append(self.tally(callee, fused))
                 # A reduction's function (to_apply) holds no dots or collectives; a call's is
                 # its body.
-                if role != "to_apply" or opcode == "call":
-                    visit(callee, times * (trips if role in ("body", "condition") else 1),
-                          inside_fusion or opcode == "fusion")
-            for branches in _BRANCHES.findall(line):
-                for callee in re.findall(r"%([^\s,]+)", branches):
-                    visit(callee, times, inside_fusion)
+                elif role != "to_apply" or op.opcode == "call":
+                    total.add(self.tally(callee, fused or op.opcode == "fusion"), trips)
+            if branches:  # one branch runs: the largest
+                total.add(max(branches, key=lambda t: (t.traffic, t.flops)), 1)
+        return total
 
-    visit(entry, 1, False)
-    return runs, fused, uncounted
-
-
-def _traffic(opcode: str, result: str, operands: list[str], fused: str) -> int:
-    """An op's HBM bytes: its operands read and its result written. In-place and partial
-    accesses count what they touch: a dynamic-update-slice (or a fusion holding one) neither
-    reads nor rewrites the buffer it updates (an operand shaped as a result), a dynamic slice
-    (or a fusion holding one) reads no more of an operand than it writes, and an async start
-    (a copy, a slice, a collective) reads no more than it writes. `fused`: the text of the
-    fusion's computation, if `opcode` is a fusion."""
-    if opcode in _NO_TRAFFIC or opcode.endswith("-done"):
-        return 0
-    sizes = [shape_bytes(o) for o in operands]
-    if opcode.endswith("-start"):  # its result: the operands' buffers, the new ones, a context
-        written = max(shape_bytes(result) - sum(sizes), 0)
-        return written + min(sum(sizes), written)
-    body = fused if opcode == "fusion" else f" {opcode}("
-    parts = [f"{dtype}[{dims}]" for dtype, dims in _SHAPE.findall(result)]
-    written = shape_bytes(result)
-    if " dynamic-update-slice(" in body:
-        for operand in operands:
-            shape = _SHAPE.search(operand)
-            key = f"{shape.group(1)}[{shape.group(2)}]" if shape else None
-            if key in parts:  # updated in place
-                parts.remove(key)
-                sizes.remove(shape_bytes(operand))
-                written -= shape_bytes(operand)
-    if " dynamic-slice(" in body:
-        sizes = [min(size, max(written, 1)) for size in sizes]
-    return written + sum(sizes)
+    def _own(self, total: _Tally, name: str, op: hlo_traffic.Instruction, fused: bool) -> None:
+        operands = [self.shapes.get(o, "") for o in op.operands]
+        if op.opcode == "dot" and operands:
+            total.flops += dot_flops(op.shape, operands[0], op.attributes)
+        elif op.opcode == "convolution" and len(operands) >= 2:
+            total.flops += convolution_flops(op.shape, operands[0], operands[1], op.attributes)
+        if not fused:
+            moved = hlo_traffic.op_traffic(op.opcode, op.shape, operands, op.attributes,
+                                           self.fusions)
+            total.traffic += moved
+            if moved:
+                source = _OP_NAME.search(op.attributes)
+                key = (name, op.opcode, source.group(1) if source else "",
+                       " ".join([op.shape, *operands]))
+                total.ops[key] += moved
+        kind = op.opcode.removesuffix("-done")
+        if kind in KINDS:
+            total.count[kind] += 1
+            total.size[kind] += shape_bytes(op.shape)
 
 
 def analyse(hlo: str) -> Program:
     """A compiled module's text (`compiled.as_text()`): its matmul FLOPs, HBM traffic and
     collectives a step. An async pair (`all-gather-start` ... `all-gather-done`) counts once,
     with the done op's result."""
-    computations, entry = _computations(hlo)
-    runs, fused, uncounted = _runs(computations, entry)
-    shapes = {}
-    for lines in computations.values():
-        for line in lines:
-            op = _INSTRUCTION.match(line)
-            if op:
-                shapes[op.group(1)] = op.group(2)
-    count = {kind: 0 for kind in KINDS}
-    size = {kind: 0 for kind in KINDS}
-    flops = traffic = 0
-    for name, times in runs.items():
-        for line in computations.get(name, ()):
-            op = _INSTRUCTION.match(line)
-            if op is None:
-                continue
-            result, opcode = op.group(2), op.group(3)
-            arguments = line[op.end():].split(")", 1)
-            operands = [shapes.get(o, "") for o in _OPERANDS.findall(arguments[0])]
-            attributes = arguments[1] if len(arguments) > 1 else ""
-            if opcode == "dot" and operands:
-                flops += times * dot_flops(result, operands[0], attributes)
-            elif opcode == "convolution" and len(operands) >= 2:
-                flops += times * convolution_flops(result, operands[0], operands[1], attributes)
-            if name not in fused:
-                callee = dict(_CALLEES.findall(attributes)).get("calls", "")
-                fused_text = "\n".join(computations.get(callee, ())) if opcode == "fusion" else ""
-                traffic += times * _traffic(opcode, result, operands, fused_text)
-            kind = opcode[:-len("-done")] if opcode.endswith("-done") else opcode
-            if kind in KINDS:
-                count[kind] += times
-                size[kind] += times * shape_bytes(result)
-    return Program(flops, traffic, Collectives(count, size, uncounted))
-
+    reader = _Reader(hlo)
+    total = reader.tally(reader.entry, False)
+    ops = [OpBytes(*key, moved) for key, moved in total.ops.items()]
+    return Program(total.flops, total.traffic,
+                   Collectives({kind: total.count[kind] for kind in KINDS},
+                               {kind: total.size[kind] for kind in KINDS}, total.uncounted),
+                   sorted(ops, key=lambda o: -o.bytes))
 
 def collectives(hlo: str) -> Collectives:
     """The collectives of a compiled module's text, per step (see `analyse`)."""

@@ -39,6 +39,8 @@ class Compiled:
     xla_flops_once: float | None  # XLA's own count: elementwise work too, loop bodies once
     xla_bytes_once: float | None
     model_flops: float           # bench/flops.py's analytic count, the whole step, all devices
+    state: Any = None            # the abstract train state and batch, shardings included
+    batch: Any = None            # (aot/minimum_bytes.py)
 
 
 # libtpu's words for a program that does not fit, e.g. "... required for HLO temporaries
@@ -93,7 +95,9 @@ class PretrainTarget:
         step, abstract = self._step(self.encoder, self.s.train.accumulation_steps)
         compiled = [(phase, self._compile(step, abstract, phase))
                     for phase in self.s.schedule.phases]
-        return [self._costs(phase, executable) for phase, executable in compiled]
+        return [dataclasses.replace(self._costs(phase, executable), state=abstract,
+                                    batch=self.shapes(phase))
+                for phase, executable in compiled]
 
     def _compile(self, step, abstract, phase: Phase):
         name = f"train step at {phase.seq_len} tokens"

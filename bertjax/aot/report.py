@@ -1,15 +1,20 @@
-"""A compiled step's figures per chip, and the roofline bound they imply.
+"""A compiled step's figures per chip, and two roofline figures for its step time.
 
-The bound is the step time no program can beat on that chip: the longest of its matmul FLOPs
-(counted in the compiled HLO, rematerialized forward passes included) at the chip's peak, its
-HBM traffic (estimated from the HLO) at the HBM bandwidth, and its collective bytes at the
-chip's ICI bandwidth. Real steps are slower (no kernel runs at peak, the three overlap only in part), so its
-tokens/s and MFU are ceilings, not predictions.
+- The bound: the step time no program for this step can beat on that chip, from true minima
+  only: the analytic model FLOPs at the chip's peak, the minimum HBM bytes (`minimum_bytes`) at
+  its HBM bandwidth, the minimum collective bytes at its ICI bandwidth. Its MFU is the ceiling.
+- The estimate: the same from the compiled program: its matmul FLOPs (rematerialized passes
+  included), its HBM traffic estimated from the HLO, its collectives' bytes, with the traffic
+  split by category and its largest fusions. Its MFU is what this program would reach with
+  every op at the chip's peaks and all three overlapped: an estimate, not a bound.
+
+Real steps are slower than both (no kernel runs at peak; compute, HBM and ICI overlap in part).
 """
 
 from __future__ import annotations
 
-from bertjax.aot import hlo
+from bertjax.aot import hlo, traffic_categories
+from bertjax.aot.minimum_bytes import MinimumBytes
 from bertjax.aot.pretrain_step import Compiled
 from bertjax.aot.topology import Slice
 from bertjax.train.compilation import memory_report
@@ -17,7 +22,8 @@ from bertjax.train.compilation import memory_report
 GIB = 2.0 ** 30
 
 
-def phase_report(c: Compiled, slice_: Slice, chips: int, batch: int) -> dict:
+def phase_report(c: Compiled, slice_: Slice, chips: int, batch: int,
+                 minimum: MinimumBytes) -> dict:
     """One phase's figures, per chip unless named otherwise."""
     memory = memory_report(c.executable)
     program = c.program
@@ -46,23 +52,46 @@ def phase_report(c: Compiled, slice_: Slice, chips: int, batch: int) -> dict:
                         for kind in hlo.KINDS if collectives.count[kind]},
         "collective_bytes": collectives.total_bytes,
         "uncounted_loops": collectives.uncounted_loops,
-        "roofline": roofline(c, slice_, chips, batch),
+        "roofline": roofline(c, slice_, chips, batch, minimum),
     }
 
 
-def roofline(c: Compiled, slice_: Slice, chips: int, batch: int) -> dict:
-    """The bound on the step time (an estimate from published peaks, not a measurement)."""
+def _times(chip, flops: float, hbm: float, ici: float) -> dict:
+    parts = {"compute_s": flops / (chip.peak_bf16_tflops * 1e12),
+             "hbm_s": hbm / (chip.hbm_gb_per_s * 1e9),
+             "ici_s": ici / (chip.ici_gb_per_s * 1e9)}
+    step = max(parts.values())
+    return {**parts, "step_s": step,
+            "limited_by": max(parts, key=parts.get).removesuffix("_s")}  # type: ignore[arg-type]
+
+
+def roofline(c: Compiled, slice_: Slice, chips: int, batch: int, minimum: MinimumBytes) -> dict:
+    """The bound and the estimate (module docstring), from published peaks, not measurements.
+    The top-level step_s_lower_bound, limited_by, tokens_per_s_ceiling, mfu_ceiling and the
+    three times are the bound's."""
     chip, program = slice_.chip, c.program
-    parts = {"compute_s": program.matmul_flops / (chip.peak_bf16_tflops * 1e12),
-             "hbm_s": program.traffic_bytes / (chip.hbm_gb_per_s * 1e9),
-             "ici_s": program.collectives.total_bytes / (chip.ici_gb_per_s * 1e9)}
-    bound = max(parts.values())
-    limited_by = max(parts, key=parts.get).removesuffix("_s")  # type: ignore[arg-type]
+    peak_all = chips * chip.peak_bf16_tflops * 1e12
     tokens = batch * c.phase.seq_len
-    return {**parts, "step_s_lower_bound": bound, "limited_by": limited_by,
-            "tokens_per_s_ceiling": tokens / bound if bound else None,
-            "mfu_ceiling": (c.model_flops / (bound * chips * chip.peak_bf16_tflops * 1e12)
-                            if bound else None)}
+    bound = _times(chip, c.model_flops / chips, minimum.hbm_total, minimum.collective)
+    bound.update(hbm_bytes=minimum.hbm_total, hbm_bytes_by_category=minimum.hbm,
+                 collective_bytes=minimum.collective,
+                 tokens_per_s_ceiling=tokens / bound["step_s"] if bound["step_s"] else None,
+                 mfu_ceiling=(c.model_flops / (bound["step_s"] * peak_all)
+                              if bound["step_s"] else None))
+    estimate = _times(chip, program.matmul_flops, program.traffic_bytes,
+                      program.collectives.total_bytes)
+    sequences = minimum.sequences
+    estimate.update(
+        hbm_bytes=program.traffic_bytes,
+        categories=traffic_categories.split(program.ops, sequences, sequences * c.phase.seq_len),
+        top_fusions=traffic_categories.largest(program.ops),
+        tokens_per_s=tokens / estimate["step_s"] if estimate["step_s"] else None,
+        mfu_estimate=(c.model_flops / (estimate["step_s"] * peak_all)
+                      if estimate["step_s"] else None))
+    return {"compute_s": bound["compute_s"], "hbm_s": bound["hbm_s"], "ici_s": bound["ici_s"],
+            "step_s_lower_bound": bound["step_s"], "limited_by": bound["limited_by"],
+            "tokens_per_s_ceiling": bound["tokens_per_s_ceiling"],
+            "mfu_ceiling": bound["mfu_ceiling"], "bound": bound, "estimate": estimate}
 
 
 def describe(report: dict) -> str:
@@ -78,8 +107,6 @@ def describe(report: dict) -> str:
         xla = "n/a" if xla is None else f"{xla / 1e12:.4g}"
         coll = ", ".join(f"{k} {v['count']} x = {v['bytes'] / 2**20:.1f} MiB"
                          for k, v in p["collectives"].items()) or "none"
-        mfu = "n/a" if r["mfu_ceiling"] is None else f"{100 * r['mfu_ceiling']:.0f}%"
-        tokens = r["tokens_per_s_ceiling"]
         lines += [
             f"phase {p['seq_len']} tokens, batch {p['batch']} (compiled in {p['compile_s']} s), "
             "per chip:",
@@ -93,10 +120,37 @@ def describe(report: dict) -> str:
             "(bench/flops.py, analytic)",
             f"  HBM traffic: {p['bytes_accessed'] / GIB:.3g} GiB a step (estimate from the HLO)",
             f"  collectives: {coll} a step",
-            f"  roofline:    step >= {r['step_s_lower_bound'] * 1e3:.2f} ms (bound, "
-            f"{r['limited_by']}-limited: compute {r['compute_s'] * 1e3:.2f}, HBM "
-            f"{r['hbm_s'] * 1e3:.2f}, ICI {r['ici_s'] * 1e3:.2f} ms) -> at most "
-            + ("n/a" if tokens is None else f"{tokens:,.0f}") + f" tokens/s, MFU <= {mfu}",
+            *_roofline_lines(r["bound"], r["estimate"]),
         ]
     lines.append("estimates from the compiled HLO and published peaks, not measurements")
     return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f}%"
+
+
+def _times_text(t: dict) -> str:
+    return (f"{t['step_s'] * 1e3:.2f} ms, {t['limited_by']}-limited: compute "
+            f"{t['compute_s'] * 1e3:.2f}, HBM {t['hbm_s'] * 1e3:.2f}, ICI {t['ici_s'] * 1e3:.2f} ms")
+
+
+def _roofline_lines(bound: dict, estimate: dict) -> list[str]:
+    minimum = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.2f}"
+                        for k, v in bound["hbm_bytes_by_category"].items())
+    found = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.2f}"
+                      for k, v in estimate["categories"].items())
+    top = "; ".join(f"{f['name']} {f['bytes'] / GIB:.2f} "
+                    f"({'/'.join(f['op_name'].rsplit('/', 2)[-2:])})"
+                    for f in estimate["top_fusions"][:5])
+    return [
+        f"  bound:       step >= {_times_text(bound)} (model FLOPs, minimum HBM bytes "
+        f"{bound['hbm_bytes'] / GIB:.2f} GiB, minimum collective bytes "
+        f"{bound['collective_bytes'] / 2**20:.0f} MiB) -> MFU ceiling "
+        f"{_percent(bound['mfu_ceiling'])}",
+        f"    minimum HBM GiB: {minimum}",
+        f"  estimate:    step ~ {_times_text(estimate)} (HLO matmul FLOPs, traffic, "
+        f"collectives) -> MFU estimate {_percent(estimate['mfu_estimate'])}",
+        f"    HLO traffic GiB: {found}",
+        f"    largest fusions GiB: {top}",
+    ]

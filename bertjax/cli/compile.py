@@ -20,6 +20,7 @@ import sys
 
 from bertjax import settings
 from bertjax.aot import report, topology
+from bertjax.aot.minimum_bytes import minimum_bytes
 from bertjax.aot.pretrain_step import PretrainTarget
 from bertjax.cli import entry
 from bertjax.cli.config_flags import overridden_keys, parse_config
@@ -91,7 +92,9 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
     devices = topology.devices(slice_, options.num_slices)
     memory_gb = s.train.device_memory_gb or slice_.chip.hbm_gib
     target = PretrainTarget(s, devices, memory_gb)
-    phases = [report.phase_report(c, slice_, len(devices), s.train.batch_size)
+    phases = [report.phase_report(c, slice_, len(devices), s.train.batch_size,
+                                  minimum_bytes(c.state, c.batch, target.encoder, target.mesh,
+                                                c.phase.seq_len))
               for c in target.compile_all()]
     encoder = target.encoder
     return {
