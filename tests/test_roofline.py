@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bertjax.aot import hlo, hlo_traffic, traffic_categories
+from bertjax.aot import hlo, hlo_traffic, report, topology, traffic_categories
 from bertjax.aot.minimum_bytes import minimum_bytes
 from bertjax.model.config import EncoderConfig
 from bertjax.parallel.mesh import make_mesh
@@ -80,6 +80,20 @@ def test_a_fusion_reads_the_slice_it_takes_and_writes_only_its_in_place_update()
     assert op(program, "buffer") == 0  # an allocation moves nothing
     # The matmul in the fusion: 2 x 512 x 512 x 512.
     assert program.matmul_flops == 2 * 512 ** 3
+
+
+def test_the_estimate_takes_each_op_at_its_own_roofline_one_after_another():
+    program = hlo.analyse(HLO)
+    fusion, = [o for o in program.ops if o.name == "f"]
+    assert fusion.flops == program.matmul_flops == 2 * 512 ** 3  # the fusion's matmul is its own
+    assert sum(o.flops for o in program.ops) == program.matmul_flops
+    chip = topology.CHIPS["v5e"]
+    peak, bandwidth = chip.peak_bf16_tflops * 1e12, chip.hbm_gb_per_s * 1e9
+    expected = max(fusion.flops / peak, fusion.bytes / bandwidth) + sum(
+        o.bytes / bandwidth for o in program.ops if o.name != "f")
+    assert report.ops_in_sequence_s(chip, program.ops) == pytest.approx(expected)
+    # Never faster than the totals overlapped: each op waits for its slower half.
+    assert expected >= max(program.matmul_flops / peak, program.traffic_bytes / bandwidth)
 
 
 def test_a_conditional_counts_its_larger_branch_not_both():

@@ -40,12 +40,13 @@ shape_bytes = hlo_traffic.shape_bytes
 
 @dataclasses.dataclass(frozen=True)
 class OpBytes:
-    """One op outside a fusion: its HBM bytes a step (every run counted)."""
+    """One op outside a fusion: its HBM bytes and matmul FLOPs a step (every run counted)."""
     name: str
     opcode: str
     op_name: str   # the JAX source's name from the op's metadata ("" if none)
     shapes: str    # its result's and operands' shapes, for the report's categories
     bytes: int
+    flops: int = 0  # its own dots and convolutions, or those of the fusion it runs
 
 
 @dataclasses.dataclass
@@ -187,6 +188,7 @@ class _Tally:
     count: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     size: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     ops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    op_flops: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     uncounted: int = 0
 
     def add(self, other: "_Tally", times: int) -> None:
@@ -194,7 +196,7 @@ class _Tally:
         self.traffic += times * other.traffic
         self.uncounted += other.uncounted
         for mine, theirs in ((self.count, other.count), (self.size, other.size),
-                             (self.ops, other.ops)):
+                             (self.ops, other.ops), (self.op_flops, other.op_flops)):
             for key, value in theirs.items():
                 mine[key] += times * value
 
@@ -222,7 +224,7 @@ class _Reader:
         total = _Tally()
         instructions = hlo_traffic.parse(self.computations.get(name, []))[0]
         for op_name, op in instructions.items():
-            self._own(total, op_name, op, fused)
+            key = self._own(total, op_name, op, fused)
             callees = dict(_CALLEES.findall(op.attributes))
             trips = 1
             if "body" in callees:
@@ -241,30 +243,41 @@ class _Reader:
                 # A reduction's function (to_apply) holds no dots or collectives; a call's is
                 # its body.
                 elif role != "to_apply" or op.opcode == "call":
-                    total.add(self.tally(callee, fused or op.opcode == "fusion"), trips)
+                    called = self.tally(callee, fused or op.opcode == "fusion")
+                    total.add(called, trips)
+                    if key and op.opcode == "fusion":  # the fusion's matmuls are this op's
+                        total.op_flops[key] += called.flops
             if branches:  # one branch runs: the largest
                 total.add(max(branches, key=lambda t: (t.traffic, t.flops)), 1)
         return total
 
-    def _own(self, total: _Tally, name: str, op: hlo_traffic.Instruction, fused: bool) -> None:
+    def _own(self, total: _Tally, name: str, op: hlo_traffic.Instruction,
+             fused: bool) -> tuple | None:
+        """Counts `op`'s own work; returns its key in the op table (None inside a fusion)."""
         operands = [self.shapes.get(o, "") for o in op.operands]
+        flops = 0
         if op.opcode == "dot" and operands:
-            total.flops += dot_flops(op.shape, operands[0], op.attributes)
+            flops = dot_flops(op.shape, operands[0], op.attributes)
         elif op.opcode == "convolution" and len(operands) >= 2:
-            total.flops += convolution_flops(op.shape, operands[0], operands[1], op.attributes)
-        if not fused:
-            moved = hlo_traffic.op_traffic(op.opcode, op.shape, operands, op.attributes,
-                                           self.fusions)
-            total.traffic += moved
-            if moved:
-                source = _OP_NAME.search(op.attributes)
-                key = (name, op.opcode, source.group(1) if source else "",
-                       " ".join([op.shape, *operands]))
-                total.ops[key] += moved
+            flops = convolution_flops(op.shape, operands[0], operands[1], op.attributes)
+        total.flops += flops
         kind = op.opcode.removesuffix("-done")
         if kind in KINDS:
             total.count[kind] += 1
             total.size[kind] += shape_bytes(op.shape)
+        if fused:
+            return None
+        moved = hlo_traffic.op_traffic(op.opcode, op.shape, operands, op.attributes,
+                                       self.fusions)
+        total.traffic += moved
+        source = _OP_NAME.search(op.attributes)
+        key = (name, op.opcode, source.group(1) if source else "",
+               " ".join([op.shape, *operands]))
+        if moved:
+            total.ops[key] += moved
+        if flops:
+            total.op_flops[key] += flops
+        return key
 
 
 def analyse(hlo: str) -> Program:
@@ -273,7 +286,8 @@ def analyse(hlo: str) -> Program:
     with the done op's result."""
     reader = _Reader(hlo)
     total = reader.tally(reader.entry, False)
-    ops = [OpBytes(*key, moved) for key, moved in total.ops.items()]
+    ops = [OpBytes(*key, total.ops[key], total.op_flops[key])
+           for key in total.ops.keys() | total.op_flops.keys()]
     return Program(total.flops, total.traffic,
                    Collectives({kind: total.count[kind] for kind in KINDS},
                                {kind: total.size[kind] for kind in KINDS}, total.uncounted),

@@ -3,10 +3,13 @@
 - The bound: the step time no program for this step can beat on that chip, from true minima
   only: the analytic model FLOPs at the chip's peak, the minimum HBM bytes (`minimum_bytes`) at
   its HBM bandwidth, the minimum collective bytes at its ICI bandwidth. Its MFU is the ceiling.
-- The estimate: the same from the compiled program: its matmul FLOPs (rematerialized passes
-  included), its HBM traffic estimated from the HLO, its collectives' bytes, with the traffic
-  split by category and its largest fusions. Its MFU is what this program would reach with
-  every op at the chip's peaks and all three overlapped: an estimate, not a bound.
+- The estimate: the compiled program op by op. Each op outside a fusion (a fusion, a copy, a
+  collective's local part) takes max(its matmul FLOPs at the chip's peak, its HBM bytes at the
+  HBM bandwidth), and the ops run one after another, as a TensorCore runs them; the collectives'
+  bytes at the ICI bandwidth overlap them (asynchronous collectives). Beside it the totals
+  (matmul FLOPs, HBM traffic, collective bytes), the traffic by category and the largest
+  fusions. Its MFU is what this program would reach with every op at the chip's peaks: an
+  estimate, not a bound.
 
 Real steps are slower than both (no kernel runs at peak; compute, HBM and ICI overlap in part).
 """
@@ -65,6 +68,12 @@ def _times(chip, flops: float, hbm: float, ici: float) -> dict:
             "limited_by": max(parts, key=parts.get).removesuffix("_s")}  # type: ignore[arg-type]
 
 
+def ops_in_sequence_s(chip, ops: list[hlo.OpBytes]) -> float:
+    """The ops outside fusions one after another, each at its own roofline."""
+    peak, bandwidth = chip.peak_bf16_tflops * 1e12, chip.hbm_gb_per_s * 1e9
+    return sum(max(op.flops / peak, op.bytes / bandwidth) for op in ops)
+
+
 def roofline(c: Compiled, slice_: Slice, chips: int, batch: int, minimum: MinimumBytes) -> dict:
     """The bound and the estimate (module docstring), from published peaks, not measurements.
     The top-level step_s_lower_bound, limited_by, tokens_per_s_ceiling, mfu_ceiling and the
@@ -80,6 +89,9 @@ def roofline(c: Compiled, slice_: Slice, chips: int, batch: int, minimum: Minimu
                               if bound["step_s"] else None))
     estimate = _times(chip, program.matmul_flops, program.traffic_bytes,
                       program.collectives.total_bytes)
+    in_sequence = ops_in_sequence_s(chip, program.ops)
+    estimate.update(ops_in_sequence_s=in_sequence, step_s=max(in_sequence, estimate["ici_s"]),
+                    limited_by="ops in sequence" if in_sequence >= estimate["ici_s"] else "ici")
     sequences = minimum.sequences
     estimate.update(
         hbm_bytes=program.traffic_bytes,
@@ -149,8 +161,10 @@ def _roofline_lines(bound: dict, estimate: dict) -> list[str]:
         f"{bound['collective_bytes'] / 2**20:.0f} MiB) -> MFU ceiling "
         f"{_percent(bound['mfu_ceiling'])}",
         f"    minimum HBM GiB: {minimum}",
-        f"  estimate:    step ~ {_times_text(estimate)} (HLO matmul FLOPs, traffic, "
-        f"collectives) -> MFU estimate {_percent(estimate['mfu_estimate'])}",
+        f"  estimate:    step ~ {estimate['step_s'] * 1e3:.2f} ms (each op of the HLO at its "
+        f"own roofline, one after another: {estimate['ops_in_sequence_s'] * 1e3:.2f} ms; "
+        f"totals {_times_text(estimate).split(', ', 1)[1]}) -> MFU estimate "
+        f"{_percent(estimate['mfu_estimate'])}",
         f"    HLO traffic GiB: {found}",
         f"    largest fusions GiB: {top}",
     ]
