@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import bertjax
-from bertjax.core import storage, transfer
+from bertjax.core import packaged, storage, transfer
 from bertjax.inference import loading
 from bertjax.train.bucket_lock import BucketLock
 from cli_in_process import run as run_in_process
@@ -212,3 +212,18 @@ def test_fine_tuning_embedding_and_an_index_all_on_a_bucket(gcs, gcs_bucket, fin
     assert done.returncode == 0, done.stderr
     ranking = json.loads(storage.read_bytes(f"{bucket}/rankings.jsonl"))
     assert ranking["results"][0]["id"] == "3"  # a document finds itself
+
+
+@pytest.mark.parametrize("objects", [
+    {"params/d/chunk": b"\0" * 64, "commit_success.txt": b""},  # a partial export, no record
+    {"bertjax.json": b'{"not": valid json'},                     # a damaged record
+])
+def test_a_damaged_model_on_a_bucket_is_refused_naming_its_url(gcs_bucket, objects):
+    url = f"gs://{gcs_bucket}/partial"
+    for name, data in objects.items():
+        storage.write_bytes(f"{url}/{name}", data)
+    for read in (bertjax.load, loading.describe, loading.kind_of):
+        with pytest.raises(bertjax.UserError) as refused:
+            read(url)
+        message = str(refused.value)
+        assert url in message and packaged.cache_dir() not in message, message

@@ -223,8 +223,11 @@ def load(path: str, *, step: int | None = None, batch_size: int = 32,
     base = arguments.path("load", "base", base, optional=True)
     arguments.model_options("load", batch_size, max_seq_len, mesh, dtype)
     library_logs.quiet_routine_library_logs()
-    path = loading.fetched(path)  # a model on a bucket: read from this host's copy
-    loaded = loading.load(path, _best_step(path) if step is None else step, base=base)
+    if step is None:  # a model on a bucket: its records read from this host's copy
+        local = loading.fetched(path)
+        with loading.named_errors(path, local):
+            step = _best_step(local)
+    loaded = loading.load(path, step, base=base)  # fetches the checkpoint of `step`
     return Model(loaded, batch_size=batch_size, max_seq_len=max_seq_len, mesh=mesh, dtype=dtype)
 
 

@@ -16,9 +16,10 @@ here, so a path means the same thing to every command.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Iterator
 
 from bertjax.core import json_records, storage, transfer
 from bertjax.core.errors import UserError
@@ -74,7 +75,12 @@ class Loaded:
 
 
 def kind_of(path: str) -> str:
-    path = fetched(path)
+    given, path = path, fetched(path)
+    with named_errors(given, path):
+        return _kind_of(path)
+
+
+def _kind_of(path: str) -> str:
     if not os.path.exists(path):
         raise UserError(f"checkpoint not found: {path}")
     if params_dir.is_params_dir(path):
@@ -93,12 +99,24 @@ def kind_of(path: str) -> str:
 def describe(path: str) -> Loaded:
     """What `path` holds, from its JSON records alone (no arrays are read)."""
     given, path = path, fetched(path)
-    kind = kind_of(path)
-    if kind in (PARAMS, ADAPTERS):
-        return _named(_describe_params(path, kind), given)
-    if kind == WORKDIR:
-        return _named(_describe_workdir(_followed(path)), given)
-    return _named(_load_hugging_face(path, with_params=False), given)
+    with named_errors(given, path):
+        kind = _kind_of(path)
+        if kind in (PARAMS, ADAPTERS):
+            return _named(_describe_params(path, kind), given)
+        if kind == WORKDIR:
+            return _named(_describe_workdir(_followed(path)), given)
+        return _named(_load_hugging_face(path, with_params=False), given)
+
+
+@contextlib.contextmanager
+def named_errors(given: str, local: str) -> Iterator[None]:
+    """A refusal about a model read from a bucket names its URL, not this host's copy."""
+    try:
+        yield
+    except UserError as e:
+        if local == given or local not in str(e):
+            raise
+        raise UserError(str(e).replace(local, given)) from None
 
 
 def _named(loaded: Loaded, given: str) -> Loaded:
@@ -113,11 +131,12 @@ def load(path: str, step: int | None = None, *, base: str | None = None) -> Load
     """`describe(path)` with the parameters (a workdir's latest checkpoint, or `step`); an
     adapters export on `base` (default: the base it records)."""
     given, path = path, fetched(path, step)
-    return _named(_load(path, step, base), given)
+    with named_errors(given, path):
+        return _named(_load(path, step, base), given)
 
 
 def _load(path: str, step: int | None, base: str | None) -> Loaded:
-    kind = kind_of(path)
+    kind = _kind_of(path)
     if step is not None and kind != WORKDIR:
         raise UserError(f"a checkpoint step was given, but {path} is not a workdir with "
                         "checkpoints/")
