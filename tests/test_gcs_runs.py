@@ -227,3 +227,19 @@ def test_a_damaged_model_on_a_bucket_is_refused_naming_its_url(gcs_bucket, objec
             read(url)
         message = str(refused.value)
         assert url in message and packaged.cache_dir() not in message, message
+
+
+@pytest.mark.parametrize("name, data", [
+    ("run.json", b'{"not": valid json'),
+    ("run.json", b'["a list"]'),
+])
+def test_a_damaged_run_record_on_a_bucket_is_refused_as_on_a_disk(gcs_bucket, small_corpus_dir,
+                                                                 name, data):
+    workdir = f"gs://{gcs_bucket}/run"
+    storage.write_bytes(f"{workdir}/{name}", data)
+    done = run_child(tiny_args(workdir, small_corpus_dir, **SHORT))
+    assert done.returncode == 2, done.stderr[-3000:]
+    line, = done.stderr.strip().splitlines()
+    assert line.startswith("bertjax: error:") and f"{workdir}/{name}" in line, line
+    assert storage.read_bytes(f"{workdir}/{name}") == data
+    assert sorted(storage.listdir(workdir)) == [name]

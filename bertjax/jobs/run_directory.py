@@ -46,7 +46,7 @@ class RunDirectory:
             self.path = self.location
             if os.path.exists(self.path) and not os.path.isdir(self.path):
                 raise UserError(f"workdir {path} exists and is not a directory")
-        self.stored = loading.read_json(os.path.join(self.path, RUN_RECORD))
+        self.stored = self._read_record()
         self._created = False
         self._lock: WorkdirLock | BucketLock | None = None
 
@@ -88,8 +88,14 @@ class RunDirectory:
             self._lock = BucketLock(self.location)
             self._lock.acquire()
         self._mirror.pull()  # again: what the bucket holds now that this run holds it
-        self.stored = loading.read_json(os.path.join(self.path, RUN_RECORD))
+        self.stored = self._read_record()
         return self
+
+    def _read_record(self) -> dict:
+        """The stored run.json; a damaged one is refused naming the workdir's own path (the
+        bucket's object, not this host's mirror of it)."""
+        with loading.named_errors(self.location, self.path):
+            return loading.read_json(os.path.join(self.path, RUN_RECORD))
 
     def pull(self) -> None:
         """A workdir on a bucket: the mirror refreshed (what another process pushed)."""
