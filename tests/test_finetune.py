@@ -22,9 +22,9 @@ from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.train import checkpoint
 from bertjax.train.metrics_log import read_metrics
+from bertjax.train.step_timing import TIMING_FIELDS
 from finetune_runs import SENTIMENT, finetune, results
 
-TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
 
 
 @pytest.mark.optimized
@@ -157,7 +157,7 @@ def test_resume_after_a_crash_is_exact(sentiment_run, finetune_vocab_dir, tmp_pa
                     **SENTIMENT) == 0
 
     def logged(w):
-        return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(w)]
+        return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(w)]
 
     assert logged(workdir) == logged(sentiment_run)
     ours, theirs = results(workdir), results(sentiment_run)
