@@ -41,7 +41,8 @@ def test_sentiment_learns_and_keeps_the_best_checkpoint(sentiment_run):
     # Only the best checkpoint is left, and it is the one results.json names.
     assert os.listdir(os.path.join(sentiment_run, "checkpoints")) == [str(r["best_step"])]
     records = read_metrics(sentiment_run)
-    assert all(k in records[0] for k in ("loss", "learning_rate", "tokens_per_sec", "accuracy"))
+    assert all(k in records[0] for k in ("loss", "learning_rate", "accuracy"))
+    assert "tokens_per_sec" in records[1]  # the first step is not timed (test_profiling.py)
     assert [x["step"] for x in records if "eval_accuracy" in x] == [
         h["step"] for h in r["history"]]
     run = json.load(open(os.path.join(sentiment_run, "run.json")))

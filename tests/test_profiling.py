@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from bertjax.cli import main
+from bertjax.core import storage, transfer
 from bertjax.model.config import preset
 from bertjax.model.flops import train_step_flops
 from bertjax.parallel import chips
@@ -185,3 +186,17 @@ def test_mfu_counts_the_model_flops_of_the_phase(clock):
         timer.step(step, jnp.zeros(()))
     clock.now += 0.01
     assert timer.fields()["mfu"] == pytest.approx(2 * flops / 0.01 / (2 * 275e12))
+
+
+@pytest.mark.gcs
+def test_a_trace_of_a_run_on_a_bucket_reaches_the_bucket(gcs_bucket, small_corpus_dir, capsys):
+    workdir = f"gs://{gcs_bucket}/run"
+    args = tiny_args(workdir, small_corpus_dir,
+                     **{**SHORT, "train.profile_steps": "1,3"}, **run_devices.IN_A_WORKER)
+    assert main.main(args) == 0
+    assert "profiler trace of steps 2-3" in capsys.readouterr().err
+    (name,) = [n for n in transfer.remote_files(workdir) if n.endswith(".xplane.pb")]
+    assert name.startswith("profile/plugins/profile/")
+    space = storage.read_bytes(storage.join(workdir, name))
+    planes = jax.profiler.ProfileData.from_serialized_xspace(space).planes
+    assert "/host:CPU" in [p.name for p in planes]
