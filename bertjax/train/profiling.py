@@ -3,7 +3,7 @@ profile plugin or XProf.
 
 The trace covers the steps that take the step count from START to END (steps START+1 to END),
 on process 0's devices and host. It starts once step START has been dispatched (before the
-first step when START is where the run starts) and stops once step END has finished, or when the
+first step when START is where the run starts) and ends once step END has finished, or when the
 run ends first (its time budget, a preemption, an error), so the file written is complete.
 jax.profiler writes DIR/plugins/profile/<time>/<host>.xplane.pb.
 """

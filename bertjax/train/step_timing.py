@@ -10,7 +10,7 @@ such fetches, over the steps in between, is the step time. Left out of it:
   program, or compiling it. The timer waits for that step, once, and restarts its clock there;
   steps since the last logged one are then left out too, since their end is not known.
 - host work between steps that is not training (evaluation, checkpoints, starting and stopping a
-  profiler trace), run inside `paused()`: the steps before it finish first, then the clock stops.
+  profiler trace), run inside `paused()`: the steps before it finish first, then the clock pauses.
 
 Everything else counts: waiting for the next batch, placing it, the step itself.
 """
