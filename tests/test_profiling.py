@@ -200,3 +200,17 @@ def test_a_trace_of_a_run_on_a_bucket_reaches_the_bucket(gcs_bucket, small_corpu
     space = storage.read_bytes(storage.join(workdir, name))
     planes = jax.profiler.ProfileData.from_serialized_xspace(space).planes
     assert "/host:CPU" in [p.name for p in planes]
+
+
+def test_a_window_fetched_inside_a_pause_leaves_out_only_its_own_part(clock):
+    timer = step_timing.StepTimer(lambda step: 1)
+    for step in (1, 2):
+        timer.step(step, jnp.zeros(()))
+    clock.now += 1.0
+    with timer.paused():
+        clock.now += 4.0
+        assert timer.fields()["step_time_s"] == pytest.approx(1.0)
+        clock.now += 4.0
+    timer.step(3, jnp.zeros(()))
+    clock.now += 2.0
+    assert timer.fields()["step_time_s"] == pytest.approx(2.0)

@@ -45,7 +45,7 @@ class StepTimer:
         self._peak = peak_flops_per_s
         self._seen: set = set()
         self._latest: Any = None
-        self._pausing = False
+        self._pausing, self._pause_started = False, 0.0
         self._restart(time.perf_counter())
 
     def _restart(self, now: float) -> None:
@@ -75,17 +75,20 @@ class StepTimer:
             return
         if self._latest is not None:
             jax.block_until_ready(self._latest)
-        started, self._pausing = time.perf_counter(), True
+        self._pause_started, self._pausing = time.perf_counter(), True
         try:
             yield
         finally:
-            self._paused += time.perf_counter() - started
+            self._paused += time.perf_counter() - self._pause_started
             self._pausing = False
 
     def fields(self) -> dict[str, float]:
         """The timed steps' figures since the last call, once their last step's values are on
         the host; {} when none was timed."""
         now = time.perf_counter()
+        if self._pausing:  # fetched inside a pause: its part so far, then the rest afterwards
+            self._paused += now - self._pause_started
+            self._pause_started = now
         seconds = max(now - self._since - self._paused, 1e-9)
         fields: dict[str, float] = {}
         if self._steps:
