@@ -16,6 +16,7 @@ from bertjax.bench import flops
 from bertjax.cli import bench as cli
 from bertjax.bench.jax_step import Workload, synthetic_batch
 from bertjax.model.config import preset
+from bertjax.model.flops import train_step_flops
 from bertjax.model.heads import BertForPretraining
 from bertjax.train.objectives import pretraining_loss
 from pretrain_runs import CHILD_XLA_FLAGS
@@ -46,7 +47,7 @@ def test_cli_prints_and_writes_every_field(tmp_path):
     assert r["cores_busy"] > 0 and r["load_average_1m"] >= 0
     cfg = preset("tiny", num_layers=1, vocab_size=8192)
     assert r["model_tflop_per_step"] == pytest.approx(
-        flops.train_step_flops(cfg, 2, 16, 3).total / 1e12)
+        train_step_flops(cfg, 2, 16, 3).total / 1e12)
     assert sum(r["model_tflop_parts"].values()) == pytest.approx(r["model_tflop_per_step"])
     assert r["xla_tflop_per_device_step"] > 0
     assert r["model_tflops_per_s"] == pytest.approx(r["model_tflop_per_step"] / r["step_s"])
@@ -113,7 +114,7 @@ def test_flop_formula_agrees_with_xla_cost_analysis(shape):
     # elementwise work. (A while loop's body would be counted once, so the layers are unrolled.)
     compiled = jax.jit(jax.grad(loss)).lower(params, data).compile(
         compiler_options={"xla_backend_optimization_level": 0})
-    formula = flops.train_step_flops(config, batch, seq_len, predictions).total
+    formula = train_step_flops(config, batch, seq_len, predictions).total
     assert 1.0 <= flops.xla_flops(compiled) / formula <= 1.3
 
 

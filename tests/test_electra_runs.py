@@ -23,12 +23,12 @@ from bertjax.train import warm_start
 from bertjax.train.metrics_log import read_metrics
 from bertjax.train.optimizer import OptimizerConfig, make_optimizer
 from bertjax.train.state import create_train_state
+from bertjax.train.step_timing import TIMING_FIELDS
 from pretrain_runs import run_child, tiny_args
 from mesh_batches import batch_shapes
 from trees import flat
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
 
 
 def electra_args(workdir, corpus, **overrides):
@@ -40,7 +40,7 @@ def electra_args(workdir, corpus, **overrides):
 
 
 def logged(workdir):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(workdir)]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(workdir)]
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from bertjax.core.errors import UserError
 from bertjax.interop import params_dir
 from bertjax.parallel import distributed
 from bertjax.train.metrics_log import read_metrics
+from bertjax.train.step_timing import TIMING_FIELDS
 from pretrain_runs import CHILD_XLA_FLAGS
 from trees import flat
 
@@ -37,7 +38,6 @@ pytestmark = pytest.mark.multiprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
-TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
 # The least XLA:CPU compile work (pretrain_runs.CHILD_XLA_FLAGS): compiling dominates these runs.
 # Every run here uses the same flags (the device count aside).
 FAST_FLAGS = CHILD_XLA_FLAGS
@@ -145,7 +145,7 @@ def saved_steps(workdir):
 
 
 def logged(workdir):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(workdir)]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(workdir)]
 
 
 def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process(

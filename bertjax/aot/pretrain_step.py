@@ -17,7 +17,7 @@ from typing import Any
 import jax
 
 from bertjax.aot import hlo
-from bertjax.bench.flops import train_step_flops, xla_cost, xla_flops
+from bertjax.bench.flops import xla_cost, xla_flops
 from bertjax.core.errors import UserError
 from bertjax.data.length_schedule import Phase
 from bertjax.jobs import common, pretraining_model
@@ -117,14 +117,7 @@ class PretrainTarget:
                 "(mesh.fsdp)") from None
 
     def _costs(self, phase: Phase, executable) -> Compiled:
-        s, encoder = self.s, self.encoder
-        model_flops = train_step_flops(encoder, s.train.batch_size, phase.seq_len,
-                                       phase.max_predictions, nsp=s.objective.nsp,
-                                       sbo=s.objective.sbo).total
-        generator = pretraining_model.generator_of(s, encoder)
-        if generator is not None:  # ELECTRA: the generator's matmuls too (an MLM over all)
-            model_flops += train_step_flops(generator, s.train.batch_size, phase.seq_len,
-                                            phase.max_predictions, nsp=False).total
+        model_flops = pretraining_model.step_flops(self.s, self.encoder, phase)
         return Compiled(phase, executable, hlo.analyse(executable.as_text()),
                         xla_flops(executable), xla_cost(executable, "bytes accessed"),
                         model_flops)

@@ -1,34 +1,13 @@
-"""Model FLOPs of one BERT pretraining step, and the accelerator peaks MFU is measured against.
+"""The accelerator peaks MFU is measured against, and XLA's own FLOP count of a compiled step.
 
-Model FLOPs count the matrix multiplications the model needs, at 2 FLOPs per multiply-add,
-forward plus backward (3x forward: the backward pass computes gradients for both the inputs and
-the weights), each once, however an implementation runs them: rematerialization, elementwise work
-(softmax, GELU, LayerNorm), embedding lookups and the optimizer are not counted. This is the MFU
-convention of PaLM (Chowdhery et al., 2022, appendix B). For a step on B sequences of T tokens,
-with L layers, hidden size H, FFN width I, vocabulary V and P masked positions a sequence:
-
-    encoder matmuls  6 * B*T * L * (4*H*H + 2*H*I)     Q, K, V, attention output; FFN in, out
-    attention        12 * B * L * T*T * H               Q.K^T and probs.V, 2*T*T*H each, x3
-    pooler + NSP     6 * B * (H*H + 2*H)
-    MLM head         6 * B*P * (H*H + H*V)              transform + tied projection at the P
-                                                        masked positions only
-    SBO head         6 * B*P * (3*H*H + H*H + H*V)      (spanbert) two layers + projection
-
-The MLM head counts P positions, not T: the task needs scores at the masked positions only, and
-that is what this model computes. A model that scores every position (Hugging Face's
-`BertForPreTraining`) does more work for the same result, and gets no credit for it here.
-
-XLA's own count (`compiled.cost_analysis()["flops"]`) is printed beside it but is not the MFU
-basis: it adds elementwise work and any rematerialized forward pass, and it counts the body of a
-while loop once, so a step that scans over layers (`model.scan_layers`, the default) or over
-micro-batches reports roughly one layer's worth.
+Model FLOPs, the MFU basis, are bertjax/model/flops.py's analytic count. XLA's own count
+(`compiled.cost_analysis()["flops"]`) is printed beside it but is not the MFU basis: it adds
+elementwise work and any rematerialized forward pass, and it counts the body of a while loop
+once, so a step that scans over layers (`model.scan_layers`, the default) or over micro-batches
+reports roughly one layer's worth.
 """
 
 from __future__ import annotations
-
-import dataclasses
-
-from bertjax.model.config import EncoderConfig
 
 # Dense (no sparsity) bf16 peak TFLOP/s of one device: vendor figures. Matched as a substring of
 # JAX's `device_kind`, first match wins, so "TPU v5 lite" (v5e) precedes "TPU v5" (v5p).
@@ -52,38 +31,6 @@ def peak_tflops(device_kind: str) -> float | None:
         if name.lower() in device_kind.lower():
             return tflops
     return None
-
-
-@dataclasses.dataclass(frozen=True)
-class StepFlops:
-    """Model FLOPs of one training step (forward + backward), by part."""
-
-    encoder_matmuls: float
-    attention: float
-    pooler_nsp: float
-    mlm_head: float
-    sbo_head: float
-
-    @property
-    def total(self) -> float:
-        return (self.encoder_matmuls + self.attention + self.pooler_nsp + self.mlm_head
-                + self.sbo_head)
-
-
-def train_step_flops(config: EncoderConfig, batch: int, seq_len: int, predictions: int, *,
-                     nsp: bool = True, sbo: bool = False) -> StepFlops:
-    """The formula of the module docstring, for one optimizer step on `batch` sequences."""
-    b, t, p = float(batch), float(seq_len), float(predictions)
-    h, i, v, layers = (float(config.hidden_size), float(config.intermediate_size),
-                       float(config.vocab_size), float(config.num_layers))
-    train = 3.0 * 2.0  # forward + backward, 2 FLOPs per multiply-add
-    projection = h * h + h * v
-    return StepFlops(
-        encoder_matmuls=train * b * t * layers * (4 * h * h + 2 * h * i),
-        attention=train * 2.0 * b * layers * t * t * h,
-        pooler_nsp=train * b * (h * h + (2 * h if nsp else 0.0)),
-        mlm_head=train * b * p * projection,
-        sbo_head=train * b * p * (3 * h * h + projection) if sbo else 0.0)
 
 
 def xla_flops(compiled) -> float | None:

@@ -14,11 +14,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from bertjax.bench.flops import StepFlops, train_step_flops, xla_flops
+from bertjax.bench.flops import xla_flops
 from bertjax.data import schema
 from bertjax.data.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
+from bertjax.model.flops import StepFlops, train_step_flops
 from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import partitioning
 from bertjax.train.compilation import abstract_batch, compile_step, memory_report

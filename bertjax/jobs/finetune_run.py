@@ -24,6 +24,7 @@ from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.compilation import compile_step
 from bertjax.train.freezing import freeze_encoder, path_name, train_only
 from bertjax.train.logging_hook import LoggingHook
+from bertjax.train.step_timing import StepTimer
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer
 from bertjax.train.state import StatePlan, param_count
@@ -79,8 +80,9 @@ class FinetuneRun:
         self.logger = LoggingHook(
             self.writer, s.train.log_every, summarize=self.objective.summarize,
             step_info=lambda step: {"epoch": self._epoch(step)},
-            tokens_in_step=lambda step: s.train.batch_size * (
+            timer=StepTimer(lambda step: s.train.batch_size * (
                 self.batches.length(step - 1) or s.task_settings.max_seq_len),
+                executable_of=lambda step: self.batches.length(step - 1)),  # one a bucket
             progress=self.progress)
 
     def _epoch(self, step: int) -> float:
@@ -211,16 +213,19 @@ class FinetuneRun:
 
     def save(self, step: int, state, metrics=None) -> None:
         """A checkpoint of `step`; only it and the best one are kept."""
-        self.logger.flush()
-        self.writer.flush()
-        self.run_dir.push()  # a workdir on a bucket: the lines up to the checkpoint, first
-        self.checkpointer.save(step, state, {"step": step, **self.record}, metrics=metrics)
-        for old in self.checkpointer.all_steps():
-            if old not in (step, self.record["best_step"]):
-                self.checkpointer.delete(old)
+        with self.logger.untimed():  # writes the log first; not part of the step time
+            self.writer.flush()
+            self.run_dir.push()  # a workdir on a bucket: the lines up to the checkpoint, first
+            self.checkpointer.save(step, state, {"step": step, **self.record}, metrics=metrics)
+            for old in self.checkpointer.all_steps():
+                if old not in (step, self.record["best_step"]):
+                    self.checkpointer.delete(old)
 
     def end_of_epoch(self, step: int, state, metrics) -> None:
-        self.logger.flush()
+        with self.logger.untimed():  # evaluation is not part of the step time
+            self._evaluate(step, state, metrics)
+
+    def _evaluate(self, step: int, state, metrics) -> None:
         scores = self.evaluator.metrics(state.params)
         entry = {"step": step, "epoch": self._epoch(step), **evaluation.scalars(scores)}
         self.record["history"].append(entry)

@@ -16,13 +16,14 @@ from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import partitioning
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.parallel import distributed
-from bertjax.train import loop, time_budget, warm_start
+from bertjax.train import loop, step_timing, time_budget, warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.compilation import abstract_batch, compile_step
 from bertjax.train.logging_hook import LoggingHook, window_summary
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer, make_schedule
 from bertjax.train.plots import plot_curves
+from bertjax.train.profiling import StepProfiler
 from bertjax.train.state import StatePlan, param_count
 from bertjax.train.step import make_eval_step, make_train_step
 from bertjax.train.warm_start import UNTRAINED_POOLER
@@ -38,6 +39,7 @@ class PretrainRun:
                  source: loading.Loaded | None):
         self.s, self.run_dir, self.mesh, self.data, self.source = s, run_dir, mesh, data, source
         self.workdir = run_dir.path
+        self.encoder = encoder
         self.is_main = jax.process_index() == 0
         self.model, self.objective = pretraining_model.build(s, encoder)
         # A phase with its own rotary base runs the same parameters through another model.
@@ -141,7 +143,7 @@ class PretrainRun:
         return self.compiled[seq_len](state, partitioning.global_batch(local_batch, self.mesh))
 
     def _loop(self, stop, start: common.Start) -> dict:
-        s, schedule, total_steps = self.s, self.s.schedule, self.s.train.steps
+        s, total_steps = self.s, self.s.train.steps
         self.eval_steps = {seq_len: make_eval_step(model, self.mesh, start.shardings,
                                                    objective=self.objective)
                            for seq_len, model in self.phase_models.items()}
@@ -161,20 +163,21 @@ class PretrainRun:
         progress = loop.Progress(start.step, total_steps, enabled=self.is_main)
         self.logger = LoggingHook(
             self.writer, s.train.log_every, summarize=self.objective.summarize,
-            step_info=self._step_info,
-            tokens_in_step=lambda step: s.train.batch_size * schedule.phase_at(step - 1).seq_len,
-            progress=progress)
-        hooks = [self.logger, loop.Every(s.train.checkpoint_every, self._checkpoint),
+            step_info=self._step_info, timer=self._timer(), progress=progress)
+        profiler = StepProfiler(self.workdir, s.train.profiled_steps(), start.step,
+                                untimed=self.logger.untimed, written=self.run_dir.push)
+        hooks = [self.logger, profiler, loop.Every(s.train.checkpoint_every, self._checkpoint),
                  time_budget.EveryMinutes(s.train.checkpoint_every_minutes, self.clock,
                                           self._checkpoint)]
         if s.train.eval_every and s.train.eval_batches and self.data.has_eval_data:
             hooks.append(loop.Every(s.train.eval_every, self._evaluate))
         try:
-            _, last_step = loop.run(
-                start.state, self.batches, start_step=start.step, total_steps=total_steps,
-                step_fn=self._step, hooks=hooks,
-                on_stop=lambda step, state: self._checkpoint(step, state, None),
-                progress=progress, stop_source=stop)
+            with profiler:  # a run ending before train.profile_steps' END stops the trace too
+                _, last_step = loop.run(
+                    start.state, self.batches, start_step=start.step, total_steps=total_steps,
+                    step_fn=self._step, hooks=hooks,
+                    on_stop=lambda step, state: self._checkpoint(step, state, None),
+                    progress=progress, stop_source=stop)
             self.checkpointer.wait()
         except NonFiniteLossError as e:
             left = self.checkpointer.set_aside_diverged(e.first_bad_checkpoint)
@@ -194,6 +197,21 @@ class PretrainRun:
                       file=sys.stderr)
         return self.logger.last_logged
 
+    def _timer(self) -> step_timing.StepTimer:
+        """Tokens (padding included) and model FLOPs a step by its phase; MFU on the mesh's
+        devices' peak, where their chip has one (bertjax/parallel/chips.py)."""
+        s = self.s
+        flops = {phase.seq_len: pretraining_model.step_flops(s, self.encoder, phase)
+                 for phase in s.schedule.phases}
+
+        def seq_len(step: int) -> int:  # the phase's, and so the compiled step's
+            return s.schedule.phase_at(step - 1).seq_len
+
+        return step_timing.StepTimer(
+            lambda step: s.train.batch_size * seq_len(step), executable_of=seq_len,
+            flops_in_step=lambda step: flops[seq_len(step)],
+            peak_flops_per_s=step_timing.peak_flops_per_s(self.mesh.devices.flat))
+
     def _step_info(self, step: int) -> dict:
         info = {"seq_len": self.s.schedule.phase_at(step - 1).seq_len}
         if self.s.train.time_budget_minutes:  # what a budget's curves are drawn against
@@ -203,20 +221,24 @@ class PretrainRun:
     def _evaluate(self, step: int, state, _metrics) -> None:
         """The eval loss on train.eval_batches held-out batches of the step's phase (placed once
         per sequence length)."""
-        phase = self.s.schedule.phase_at(step - 1)
-        if phase.seq_len not in self.eval_cache:
-            self.eval_cache[phase.seq_len] = [
-                partitioning.global_batch(b, self.mesh)
-                for b in self.data.eval_batches(phase, self.s.train.eval_batches)]
-        eval_step = self.eval_steps[phase.seq_len]
-        sums = [eval_step(state.params, b) for b in self.eval_cache[phase.seq_len]]
-        if sums:
-            summary = window_summary(jax.device_get(sums), self.objective.summarize)
-            self.writer.write(step, {f"eval_{k}": v for k, v in summary.items()})
+        with self.logger.untimed():
+            phase = self.s.schedule.phase_at(step - 1)
+            if phase.seq_len not in self.eval_cache:
+                self.eval_cache[phase.seq_len] = [
+                    partitioning.global_batch(b, self.mesh)
+                    for b in self.data.eval_batches(phase, self.s.train.eval_batches)]
+            eval_step = self.eval_steps[phase.seq_len]
+            sums = [eval_step(state.params, b) for b in self.eval_cache[phase.seq_len]]
+            if sums:
+                summary = window_summary(jax.device_get(sums), self.objective.summarize)
+                self.writer.write(step, {f"eval_{k}": v for k, v in summary.items()})
 
     def _checkpoint(self, step: int, state, metrics) -> None:
         """The state with the data iterator's position: a resume continues bit for bit."""
-        self.logger.flush()
+        with self.logger.untimed():  # writes the log first: it must reach the checkpoint's step
+            self._save(step, state, metrics)
+
+    def _save(self, step: int, state, metrics) -> None:
         # A workdir on a bucket gets the lines logged so far before the checkpoint exists: a run
         # killed once it is saved resumes from it with every line up to it.
         self.writer.flush()

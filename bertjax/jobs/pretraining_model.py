@@ -1,12 +1,15 @@
 """Which model and loss a pretraining objective trains: BERT's heads (MLM with NSP or SBO) on one
-encoder, or ELECTRA's generator and discriminator; and what of it run.json records."""
+encoder, or ELECTRA's generator and discriminator; what of it run.json records; and its model
+FLOPs a step."""
 
 from __future__ import annotations
 
 
 import flax.linen as nn
 
+from bertjax.data.length_schedule import Phase
 from bertjax.model.config import EncoderConfig
+from bertjax.model.flops import train_step_flops
 from bertjax.model.electra import ElectraForPretraining
 from bertjax.model.heads import BertForPretraining
 from bertjax.settings.pretrain import PretrainSettings
@@ -29,6 +32,18 @@ def build(s: PretrainSettings, encoder: EncoderConfig
     return (BertForPretraining(encoder, nsp=s.objective.nsp, sbo=s.objective.sbo,
                                max_span_length=s.masking.max_span_length),
             objectives.PRETRAINING)
+
+
+def step_flops(s: PretrainSettings, encoder: EncoderConfig, phase: Phase) -> float:
+    """Analytic model FLOPs of one optimizer step of `phase` on all devices (bertjax/model/
+    flops.py); ELECTRA's generator too (an MLM at the masked positions)."""
+    flops = train_step_flops(encoder, s.train.batch_size, phase.seq_len, phase.max_predictions,
+                             nsp=s.objective.nsp, sbo=s.objective.sbo).total
+    generator = generator_of(s, encoder)
+    if generator is not None:
+        flops += train_step_flops(generator, s.train.batch_size, phase.seq_len,
+                                  phase.max_predictions, nsp=False).total
+    return flops
 
 
 def compared_layout(s: PretrainSettings, encoder: EncoderConfig) -> dict:

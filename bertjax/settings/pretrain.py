@@ -120,6 +120,25 @@ class PretrainLoop:
     checkpoint_every_minutes: float = 0.0
     # Texts with [MASK] ("|" between them) the finished run fills in, top 5 each, on stderr.
     fill_mask_examples: str = ""
+    # "START,END": a jax.profiler trace of steps START+1 to END into WORKDIR/profile (docs/
+    # pretraining.md#step-records-and-profiling); empty: none.
+    profile_steps: str = ""
+
+    def profiled_steps(self) -> tuple[int, int] | None:
+        """train.profile_steps as (START, END), None when empty; UserError when malformed."""
+        text = str(self.profile_steps).strip()
+        if not text:
+            return None
+        parts = [part.strip() for part in text.split(",")]
+        if len(parts) != 2 or not all(part.isdigit() for part in parts) or \
+                int(parts[0]) >= int(parts[1]):
+            raise UserError(f"train.profile_steps must be START,END (step numbers, START < END),"
+                            f" got {text!r}")
+        first, last = int(parts[0]), int(parts[1])
+        if first >= self.steps:
+            raise UserError(f"train.profile_steps starts at step {first}, but the run ends at "
+                            f"train.steps {self.steps}")
+        return first, last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +231,7 @@ def _check_loop(train: PretrainLoop) -> None:
     for key in ("device_memory_gb", "time_budget_minutes", "checkpoint_every_minutes"):
         if not getattr(train, key) >= 0:
             raise UserError(f"train.{key} must not be negative, got {getattr(train, key)}")
+    train.profiled_steps()
     missing = [t for t in train.fill_mask_examples.split("|") if t.strip() and "[MASK]" not in t]
     if missing:
         raise UserError(f"train.fill_mask_examples: {missing[0].strip()!r} has no [MASK]")

@@ -1,48 +1,54 @@
 """The logging hook: window averages of step metrics, read from the device one step late.
 
 At a log step N the window's device values are only set aside; they are fetched when step N+1 has
-been dispatched, so the host never waits for the accelerator to drain. Throughput is timed between
-two such fetches: dispatch is asynchronous, so only a fetched value proves that a step has finished.
+been dispatched, so the host never waits for the accelerator to drain. Step time, throughput and
+MFU are timed between two such fetches (bertjax/train/step_timing.py).
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Mapping
+import contextlib
+from typing import Any, Callable, Iterator, Mapping
 
 import jax
 import numpy as np
 
 from bertjax.train.metrics_log import MetricsWriter, check_finite
 from bertjax.train.step_metrics import Kind, kind_of
+from bertjax.train.step_timing import StepTimer
 
 
 class LoggingHook:
     def __init__(self, writer: MetricsWriter, every: int, *,
                  summarize: Callable[[Mapping[str, float]], dict],
-                 step_info: Callable[[int], dict], tokens_in_step: Callable[[int], int],
-                 progress=None):
+                 step_info: Callable[[int], dict], timer: StepTimer, progress=None):
         self._writer = writer
         self._every = every
         self._summarize = summarize
         self._step_info = step_info
-        self._tokens_in_step = tokens_in_step
+        self._timer = timer
         self._progress = progress
         self._window: list[Any] = []
-        self._window_tokens = 0
         self._ready: tuple | None = None
-        self._finished_at = time.perf_counter()
         self.last_logged: dict = {}
 
     def __call__(self, step: int, state: Any, metrics: Any, *, final: bool) -> None:
         self._window.append(metrics)
-        self._window_tokens += self._tokens_in_step(step)
-        self.flush()
+        self.flush()  # before the timer counts this step: the window fetched ends before it
+        self._timer.step(step, metrics)
         if (self._every > 0 and step % self._every == 0) or final:
-            self._ready = (step, self._window, self._window_tokens)
-            self._window, self._window_tokens = [], 0
+            self._ready = (step, self._window)
+            self._window = []
         if final:
             self.flush()
+
+    @contextlib.contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Host work between steps (evaluation, a checkpoint), left out of the step time; what
+        was set aside is written first."""
+        self.flush()
+        with self._timer.paused():
+            yield
 
     def flush(self) -> None:
         """Writes what was set aside now (before a checkpoint: the log must reach its step)."""
@@ -50,20 +56,20 @@ class LoggingHook:
             self._flush(*self._ready)
             self._ready = None
 
-    def _flush(self, step: int, window: list, tokens: int) -> None:
+    def _flush(self, step: int, window: list) -> None:
         host = jax.device_get(window)  # waits for the window's last step to finish
-        now = time.perf_counter()
-        seconds, self._finished_at = max(now - self._finished_at, 1e-9), now
+        timing = self._timer.fields()
         record = window_summary(host, self._summarize)
         record.update(self._step_info(step))
-        record["tokens_per_sec"] = tokens / seconds
-        record["steps_per_sec"] = len(window) / seconds
+        record.update(timing)
         check_finite(step, record, window_start=step - len(window) + 1)
         self._writer.write(step, record)
         self.last_logged = {"step": step, **record}
         if self._progress is not None:
             shown = {k: record[k] for k in ("loss", "mlm_accuracy", "accuracy") if k in record}
-            self._progress.describe(step, **shown, tok_s=f"{record['tokens_per_sec']:,.0f}")
+            if "tokens_per_sec" in record:
+                shown["tok_s"] = f"{record['tokens_per_sec']:,.0f}"
+            self._progress.describe(step, **shown)
 
 
 def window_summary(step_metrics: list[Mapping[str, Any]], summarize) -> dict:
