@@ -161,10 +161,11 @@ def _roofline_lines(bound: dict, estimate: dict) -> list[str]:
         f"{bound['collective_bytes'] / 2**20:.0f} MiB) -> MFU ceiling "
         f"{_percent(bound['mfu_ceiling'])}",
         f"    minimum HBM GiB: {minimum}",
-        f"  estimate:    step ~ {estimate['step_s'] * 1e3:.2f} ms (each op of the HLO at its "
-        f"own roofline, one after another: {estimate['ops_in_sequence_s'] * 1e3:.2f} ms; "
-        f"totals {_times_text(estimate).split(', ', 1)[1]}) -> MFU estimate "
-        f"{_percent(estimate['mfu_estimate'])}",
+        f"  estimate:    step ~ {estimate['step_s'] * 1e3:.2f} ms, {estimate['limited_by']} "
+        f"(each op of the HLO at its own roofline, one after another "
+        f"{estimate['ops_in_sequence_s'] * 1e3:.2f} ms; the totals alone: compute "
+        f"{estimate['compute_s'] * 1e3:.2f}, HBM {estimate['hbm_s'] * 1e3:.2f}, ICI "
+        f"{estimate['ici_s'] * 1e3:.2f} ms) -> MFU estimate {_percent(estimate['mfu_estimate'])}",
         f"    HLO traffic GiB: {found}",
         f"    largest fusions GiB: {top}",
     ]
