@@ -98,5 +98,8 @@ def describe(report: dict) -> str:
             f"{r['hbm_s'] * 1e3:.2f}, ICI {r['ici_s'] * 1e3:.2f} ms) -> at most "
             + ("n/a" if tokens is None else f"{tokens:,.0f}") + f" tokens/s, MFU <= {mfu}",
         ]
+        fit = report.get("fit", {}).get("phases", {}).get(str(p["seq_len"]))
+        if fit:  # train.fit: the settings tried for this phase and the one it fits with
+            lines.append(f"  fit:         {fit['line']}")
     lines.append("estimates from the compiled HLO and published peaks, not measurements")
     return "\n".join(lines)
