@@ -54,7 +54,8 @@ def test_a_run_that_does_not_fit_is_refused_before_its_first_step(tmp_path, smal
     settings = {"data.prepared": small_corpus_dir, "data.workers": 0, "train.steps": 4,
                 "train.batch_size": 8, "schedule.short_seq_len": 32,
                 "schedule.short_max_predictions": 5, "schedule.long_fraction": 0,
-                "optimizer.warmup_steps": 1, "train.device_memory_gb": 0.001}
+                "optimizer.warmup_steps": 1, "train.device_memory_gb": 0.001,
+                "train.fit": "off"}  # auto would first try remat and accumulation
     # JAX_PLATFORMS stays: with libtpu installed (the test extra) JAX would otherwise try a TPU.
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("JAX_") or k == "JAX_PLATFORMS"}

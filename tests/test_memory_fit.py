@@ -5,17 +5,22 @@ kept when the run resumes."""
 
 import json
 import os
+import signal
 
+import numpy as np
 import pytest
 
 import cli_in_process
 from bertjax.core.errors import UserError
+from bertjax.inference import loading
 from bertjax.settings import pretrain as pretrain_settings
 from bertjax.train import memory_fit
 from bertjax.train.compilation import DoesNotFit
 from bertjax.train.memory_fit import Levers
+from bertjax.train.metrics_log import read_metrics
 from configs import tiny
-from pretrain_runs import SHORT, run_child, tiny_args
+from pretrain_runs import run_child, tiny_args
+from trees import flat
 
 MiB = 2**20
 PHASES = [(512, "train step at 512 tokens"), (128, "train step at 128 tokens")]
@@ -153,3 +158,51 @@ def test_a_bad_train_fit_is_refused_before_the_workdir_is_created():
     assert result.stderr.strip() == ("bertjax: error: train.fit must be one of auto, off, got "
                                      "'on'")
     assert not os.path.exists("/nonexistent/never-created")
+
+
+# tiny_args' model on the small corpus, per device at its 64-token phase (CHILD_XLA_FLAGS, CPU):
+# about 33 MiB as configured, 27 with remat save_dots, 22.6 with full, 18 with full and 2
+# micro-batches. With 22.5 MiB (90%: 20.25 allowed) the search takes that last setting.
+FITS_AFTER_THREE_LEVERS = {"train.device_memory_gb": 22.5 / 1024}
+TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
+
+
+def logged(workdir):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(workdir)]
+
+
+@pytest.mark.slow
+def test_a_run_whose_phase_did_not_fit_trains_records_the_setting_and_resumes_with_it(
+        tmp_path, small_corpus_dir):
+    straight = str(tmp_path / "straight")
+    result = run_child(tiny_args(straight, small_corpus_dir, **FITS_AFTER_THREE_LEVERS))
+    assert result.returncode == 0, result.stderr[-3000:]
+    fit_lines = [line for line in result.stderr.splitlines() if line.startswith("fit: ")]
+    assert fit_lines[0].startswith("fit: as configured: train step at 64 tokens needs ")
+    assert fit_lines[-1].startswith("fit: chose model.remat=full, train.accumulation_steps=2 "
+                                    "(train.fit=auto): phase 64 needs ")
+    with open(os.path.join(straight, "run.json")) as f:
+        record = json.load(f)
+    assert record["fit"]["settings"] == {"model.remat": "full", "train.accumulation_steps": 2,
+                                         "mesh.fsdp": 1, "mesh.data": 1}
+    assert record["fit"]["changed"] == {"model.remat": "full", "train.accumulation_steps": 2}
+    assert record["encoder"]["remat"] == "full"
+    assert [r["step"] for r in read_metrics(straight) if "loss" in r][-1] == 12
+
+    # Killed once checkpoint 5 is saved, then run again: it takes run.json's setting without
+    # searching, and logs and ends exactly as the straight run did.
+    resumed = str(tmp_path / "resumed")
+    args = tiny_args(resumed, small_corpus_dir, **FITS_AFTER_THREE_LEVERS)
+    assert run_child(args, KILL_AFTER_CHECKPOINT=5).returncode == -signal.SIGKILL
+    result = run_child(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from step 5" in result.stderr
+    fit_lines = [line for line in result.stderr.splitlines() if line.startswith("fit: ")]
+    assert fit_lines == ["fit: model.remat=full, train.accumulation_steps=2, as run.json records "
+                         "(train.fit=auto keeps a run's setting when it resumes)"]
+    with open(os.path.join(resumed, "run.json")) as f:
+        assert json.load(f)["fit"]["tried"] == record["fit"]["tried"]
+    assert logged(resumed) == logged(straight)
+    ours, theirs = (flat(loading.load(w).params) for w in (resumed, straight))
+    for name in theirs:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
