@@ -6,11 +6,14 @@ kept when the run resumes."""
 import json
 import os
 import signal
+import types
 
 import numpy as np
 import pytest
 
 import cli_in_process
+from bertjax.aot import report, topology
+from bertjax.cli import compile as compile_cli
 from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.settings import pretrain as pretrain_settings
@@ -206,3 +209,29 @@ def test_a_run_whose_phase_did_not_fit_trains_records_the_setting_and_resumes_wi
     ours, theirs = (flat(loading.load(w).params) for w in (resumed, straight))
     for name in theirs:
         np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+
+
+@pytest.mark.tpu_compile
+@pytest.mark.slow
+def test_bertjax_compile_fits_a_slice_and_says_how_per_phase():
+    """configs/tiny.py on a v5e-8 with each chip said to hold 1% less than the configured step
+    needs: the report names the setting chosen and, per phase, what it needed."""
+    options = types.SimpleNamespace(config="configs/tiny.py", num_slices=1)
+    config = tiny.get_config()
+    config.schedule.long_fraction = 0.0
+    config.schedule.short_seq_len, config.schedule.short_max_predictions = 32, 5
+    config.train.batch_size, config.model.dtype = 8, "bfloat16"
+    slice_ = topology.parse("v5e-8")
+    as_given = compile_cli.run(options, slice_, pretrain_settings.read(config))
+    assert as_given["fit"]["changed"] == {} and as_given["fit"]["tried"] == []
+    needed = as_given["phases"][0]["memory_bytes"]["total"]
+    config.train.device_memory_gb = 0.99 * needed / 2**30
+    fitted = compile_cli.run(options, slice_, pretrain_settings.read(config))
+    assert fitted["fit"]["changed"], fitted["fit"]
+    assert fitted["phases"][0]["memory_bytes"]["total"] <= 0.9 * 0.99 * needed
+    line = fitted["fit"]["phases"]["32"]["line"]
+    assert line.startswith("as configured: train step at 32 tokens needs ") and "fits with" in line
+    assert f"  fit:         {line}" in report.describe(fitted).splitlines()
+    settings = fitted["fit"]["settings"]
+    assert f"remat={settings['model.remat']}" in fitted["model"]
+    assert fitted["mesh"]["fsdp"] == settings["mesh.fsdp"]
