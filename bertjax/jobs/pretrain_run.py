@@ -23,7 +23,7 @@ from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncat
 from bertjax.train.optimizer import make_optimizer, make_schedule
 from bertjax.train.plots import plot_curves
 from bertjax.train.state import param_count
-from bertjax.train.step import make_eval_step, make_train_step
+from bertjax.train.step import make_eval_step
 from bertjax.train.warm_start import UNTRAINED_POOLER
 
 
