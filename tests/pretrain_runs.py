@@ -50,12 +50,12 @@ CHILD = textwrap.dedent("""
         return result
     checkpoint.Checkpointer.save = save_then_maybe_die
     if os.environ.get("SIGTERM_DURING_COMPILE"):
-        from bertjax.jobs import pretrain_run
-        compile_step = pretrain_run.compile_step
+        from bertjax.jobs import pretrain_fit
+        compile_step = pretrain_fit.compile_step
         def compile_after_a_sigterm(*args, **kwargs):
             os.kill(os.getpid(), signal.SIGTERM)
             return compile_step(*args, **kwargs)
-        pretrain_run.compile_step = compile_after_a_sigterm
+        pretrain_fit.compile_step = compile_after_a_sigterm
     from bertjax.cli import main
     sys.exit(main.main(sys.argv[1:]))
 """)

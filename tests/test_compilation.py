@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bertjax.aot.pretrain_step import out_of_hbm
 from bertjax.core.errors import UserError
 from bertjax.train import compilation
 from pretrain_runs import CHILD_XLA_FLAGS
@@ -55,7 +54,8 @@ def test_a_run_that_does_not_fit_is_refused_before_its_first_step(tmp_path, smal
     settings = {"data.prepared": small_corpus_dir, "data.workers": 0, "train.steps": 4,
                 "train.batch_size": 8, "schedule.short_seq_len": 32,
                 "schedule.short_max_predictions": 5, "schedule.long_fraction": 0,
-                "optimizer.warmup_steps": 1, "train.device_memory_gb": 0.001}
+                "optimizer.warmup_steps": 1, "train.device_memory_gb": 0.001,
+                "train.fit": "off"}  # auto would first try remat and accumulation
     # JAX_PLATFORMS stays: with libtpu installed (the test extra) JAX would otherwise try a TPU.
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("JAX_") or k == "JAX_PLATFORMS"}
@@ -86,8 +86,8 @@ def test_a_run_that_does_not_fit_is_refused_before_its_first_step(tmp_path, smal
      (1.5 * 1024, 95.74)),
 ])
 def test_libtpus_out_of_memory_refusal_is_read_whatever_its_unit(message, sizes):
-    assert out_of_hbm(message) == pytest.approx(sizes)
+    assert compilation.out_of_hbm(message) == pytest.approx(sizes)
 
 
 def test_other_compile_errors_are_not_read_as_out_of_memory():
-    assert out_of_hbm("INTERNAL: Mosaic failed to compile TPU kernel") is None
+    assert compilation.out_of_hbm("INTERNAL: Mosaic failed to compile TPU kernel") is None

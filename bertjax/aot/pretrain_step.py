@@ -11,22 +11,15 @@ iteration; XLA's own figure is kept beside them.
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
-
-import jax
 
 from bertjax.aot import hlo
 from bertjax.bench.flops import xla_cost, xla_flops
-from bertjax.core.errors import UserError
 from bertjax.data.length_schedule import Phase
-from bertjax.jobs import common, pretraining_model
-from bertjax.parallel import partitioning
+from bertjax.jobs import common, pretrain_fit, pretraining_model
 from bertjax.settings.pretrain import PretrainSettings
-from bertjax.train.compilation import abstract_batch, compile_step
+from bertjax.train import memory_fit
 from bertjax.train.optimizer import make_optimizer
-from bertjax.train.state import StatePlan
-from bertjax.train.step import make_train_step
 from bertjax.train.warm_start import UNTRAINED_POOLER
 
 
@@ -43,78 +36,33 @@ class Compiled:
     batch: Any = None            # (aot/minimum_bytes.py)
 
 
-# libtpu's words for a program that does not fit, e.g. "... required for HLO temporaries
-# (309.71G) exceeds available HBM (15.75G)": its sizes carry a binary unit (B, K, M, G, T, P).
-_SIZE = r"([\d.]+)([KMGTP]?)B?"
-_OUT_OF_HBM = (re.compile(rf"\({_SIZE}\) exceeds available HBM \({_SIZE}\)"),
-               re.compile(rf"Used {_SIZE} of {_SIZE} hbm"))
-_UNIT_GIB = {"": 2.0 ** -30, "K": 2.0 ** -20, "M": 2.0 ** -10, "G": 1.0, "T": 2.0 ** 10,
-             "P": 2.0 ** 20}
-
-
-def out_of_hbm(message: str) -> tuple[float, float] | None:
-    """(GiB needed, GiB a chip holds) from libtpu's out-of-memory refusal; None for any other
-    error."""
-    found = next((f for f in (p.search(message) for p in _OUT_OF_HBM) if f), None)
-    if found is None:
-        return None
-    needed, needed_unit, held, held_unit = found.groups()
-    return float(needed) * _UNIT_GIB[needed_unit], float(held) * _UNIT_GIB[held_unit]
-
-
 class PretrainTarget:
-    """The job's step built over `devices` (libtpu's), compiled phase by phase."""
+    """The job's step built over `devices` (libtpu's), fitted (train.fit) and compiled phase by
+    phase: `s`, `mesh` and `encoder` are those of the setting chosen, `fit` how it was chosen."""
 
     def __init__(self, s: PretrainSettings, devices: list, device_memory_gb: float):
-        self.s, self.device_memory_gb = s, device_memory_gb
-        self.mesh = s.mesh.make(devices)
+        self.device_memory_gb = device_memory_gb
         micro = s.train.batch_size // s.train.accumulation_steps
-        common.check_batch_split(self.mesh, batch_size=micro)
-        self.encoder = s.model.encoder(s.data.vocab_size)
+        common.check_batch_split(s.mesh.make(devices), batch_size=micro)
         untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
-        self.optimizer = make_optimizer(s.optimizer, untrained=untrained)
-        self.sharding = partitioning.batch_sharding(self.mesh)
+        self.search = pretrain_fit.StepSearch(
+            s, s.model.encoder(s.data.vocab_size), make_optimizer(s.optimizer,
+                                                                  untrained=untrained),
+            devices=devices, device_memory_gb=device_memory_gb)
+        self._use(self.search.start)
+        self.fit: memory_fit.Fit | None = None
 
-    def shapes(self, phase: Phase) -> dict:
-        s = self.s
-        return abstract_batch(s.train.batch_size, phase.seq_len, phase.max_predictions,
-                              nsp=s.objective.nsp, span=s.masking.strategy == "span",
-                              packed=s.objective.mode == "documents", sharding=self.sharding)
-
-    def _step(self, encoder, accumulation: int):
-        model, objective = pretraining_model.build(self.s, encoder)
-        first = self.shapes(self.s.schedule.phases[0])
-        plan = StatePlan(model, self.optimizer, first, self.mesh, self.s.train.seed)
-        abstract, shardings = plan.abstract, plan.shardings
-        return make_train_step(model, self.optimizer, self.mesh, shardings,
-                               accumulation_steps=accumulation, objective=objective), abstract
+    def _use(self, candidate: pretrain_fit.Candidate) -> None:
+        self.s, self.mesh, self.encoder = candidate.s, candidate.mesh, candidate.encoder
 
     def compile_all(self) -> list[Compiled]:
-        """Every phase's step, each refused (UserError, training's one line) if it does not fit
-        a chip; then the work of each."""
-        step, abstract = self._step(self.encoder, self.s.train.accumulation_steps)
-        compiled = [(phase, self._compile(step, abstract, phase))
-                    for phase in self.s.schedule.phases]
-        return [dataclasses.replace(self._costs(phase, executable), state=abstract,
-                                    batch=self.shapes(phase))
-                for phase, executable in compiled]
-
-    def _compile(self, step, abstract, phase: Phase):
-        name = f"train step at {phase.seq_len} tokens"
-        try:
-            return compile_step(step, abstract, self.shapes(phase), name=name, verbose=False,
-                                device_memory_gb=self.device_memory_gb)
-        except jax.errors.JaxRuntimeError as e:
-            # libtpu's compiler refuses a program larger than a chip's HBM itself, before
-            # compile_step can compare: the same refusal, in training's words.
-            sizes = out_of_hbm(str(e))
-            if sizes is None:
-                raise
-            raise UserError(
-                f"{name} needs {sizes[0]:.2f} GiB per device but a device holds "
-                f"{sizes[1]:.2f} GiB (libtpu's compiler): lower train.batch_size, raise "
-                "train.accumulation_steps, set model.remat, or shard over more devices "
-                "(mesh.fsdp)") from None
+        """Every phase's step under the setting train.fit chooses (refused, UserError, where
+        none fits a chip); then the work of each."""
+        self.fit, chosen = self.search.run(list(self.search.s.schedule.phases))
+        self._use(chosen)
+        return [dataclasses.replace(self._costs(phase, self.fit.compiled[phase.seq_len]),
+                                    state=chosen.plan.abstract, batch=chosen.shapes(phase))
+                for phase in self.s.schedule.phases]
 
     def _costs(self, phase: Phase, executable) -> Compiled:
         model_flops = pretraining_model.step_flops(self.s, self.encoder, phase)

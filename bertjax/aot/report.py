@@ -134,6 +134,9 @@ def describe(report: dict) -> str:
             f"  collectives: {coll} a step",
             *_roofline_lines(r["bound"], r["estimate"]),
         ]
+        fit = report.get("fit", {}).get("phases", {}).get(str(p["seq_len"]))
+        if fit:  # train.fit: the settings tried for this phase and the one it fits with
+            lines.append(f"  fit:         {fit['line']}")
     lines.append("estimates from the compiled HLO and published peaks, not measurements")
     return "\n".join(lines)
 

@@ -1,7 +1,9 @@
 """`python -m bertjax.compile`: compile the real pretraining train step for a TPU slice on this
 machine (no TPU needed: libtpu's compiler, from the `tpu` extra) and report, per chip, its HBM
 against the chip's, its FLOPs, HBM traffic and collectives a step, and a roofline bound on its
-step time. A config that does not fit a chip is refused with training's own one line (exit 2).
+step time. A config that does not fit a chip gets the setting training's train.fit=auto would
+choose (remat, then accumulation, then fsdp; the report says how each phase was made to fit), or
+with train.fit=off is refused with training's own one line (exit 2).
 
     python -m bertjax.compile --config=configs/platform.py:tpu_v4_32 --topology=v4-32
         [--num-slices=2] [--json OUT [--overwrite]] [--config.KEY=VALUE ...]
@@ -96,7 +98,7 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
                                   minimum_bytes(c.state, c.batch, target.encoder, target.mesh,
                                                 c.phase.seq_len))
               for c in target.compile_all()]
-    encoder = target.encoder
+    s, encoder = target.s, target.encoder  # the setting train.fit chose
     return {
         "config": options.config, "topology": slice_.name, "libtpu_topology": slice_.libtpu_name,
         "num_slices": options.num_slices, "chips": len(devices),
@@ -107,6 +109,7 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
                   f"scan_layers={encoder.scan_layers}, remat={encoder.remat}, "
                   f"accumulation {s.train.accumulation_steps}"),
         "phases": phases,
+        "fit": target.fit.record(),  # what train.fit changed, and how each phase was made to fit
         "note": "estimates from the compiled HLO and published chip peaks, not measurements",
     }
 

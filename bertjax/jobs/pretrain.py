@@ -56,10 +56,12 @@ def _run(given: PretrainSettings, workdir: str, stop) -> dict:
                                   source.encoder if source is not None else None)
         compared, info = _record(given, run_dir.location, encoder)
         run_dir.check(compared)
-        share = partitioning.process_batch_slice(mesh)
-        data = pretraining_data.batches(s, prepared, process_index=share.index,
-                                        process_count=share.count)
-        run = PretrainRun(s, run_dir, mesh, encoder, data, source)
+
+        def data(fitted_mesh):  # the mesh train.fit chose: each process's rows of a batch
+            share = partitioning.process_batch_slice(fitted_mesh)
+            return pretraining_data.batches(s, prepared, process_index=share.index,
+                                            process_count=share.count)
+        run = PretrainRun(s, run_dir, encoder, data, source)
         try:
             return run.train(stop, compared, info)
         finally:

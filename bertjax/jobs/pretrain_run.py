@@ -11,41 +11,35 @@ import jax
 from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.inference import api, loading
-from bertjax.jobs import common, pretraining_model
+from bertjax.jobs import common, pretrain_fit, pretraining_model
 from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import partitioning
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.parallel import distributed
 from bertjax.train import loop, step_timing, time_budget, warm_start
 from bertjax.train.checkpoint import Checkpointer
-from bertjax.train.compilation import abstract_batch, compile_step
 from bertjax.train.logging_hook import LoggingHook, window_summary
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
 from bertjax.train.optimizer import make_optimizer, make_schedule
 from bertjax.train.plots import plot_curves
 from bertjax.train.profiling import StepProfiler
-from bertjax.train.state import StatePlan, param_count
-from bertjax.train.step import make_eval_step, make_train_step
+from bertjax.train.state import param_count
+from bertjax.train.step import make_eval_step
 from bertjax.train.warm_start import UNTRAINED_POOLER
 
 
 class PretrainRun:
     """Built (and every phase's step compiled, from shapes alone) before any state exists: a
-    config that does not fit is refused before a byte of it is allocated. `data` gives the
-    training iterator and eval batches; `source` the init checkpoint (its params when the run
-    starts fresh), or None."""
+    config that does not fit (under train.fit=auto: with any setting tried) is refused before a
+    byte of it is allocated. `data(mesh)` gives the training iterator and eval batches over the
+    chosen mesh; `source` the init checkpoint (its params when the run starts fresh), or None."""
 
-    def __init__(self, s: PretrainSettings, run_dir: RunDirectory, mesh, encoder, data,
+    def __init__(self, s: PretrainSettings, run_dir: RunDirectory, encoder, data,
                  source: loading.Loaded | None):
-        self.s, self.run_dir, self.mesh, self.data, self.source = s, run_dir, mesh, data, source
+        self.s, self.run_dir, self.source = s, run_dir, source
         self.workdir = run_dir.path
         self.encoder = encoder
         self.is_main = jax.process_index() == 0
-        self.model, self.objective = pretraining_model.build(s, encoder)
-        # A phase with its own rotary base runs the same parameters through another model.
-        self.phase_models = {phase.seq_len: pretraining_model.build(
-            s, encoder.replace(rope_theta=phase.rope_theta))[0] if phase.rope_theta else self.model
-            for phase in s.schedule.phases}
         # Only NSP reads the pooled output: without it the pooler gets no gradient, only decay.
         untrained = () if s.objective.nsp else (UNTRAINED_POOLER,)
         self.clock = self._clock()
@@ -54,9 +48,12 @@ class PretrainRun:
         self.budget_rate = time_budget.BudgetRate(
             make_schedule(s.optimizer), s.train.steps, self.clock
         ) if s.train.time_budget_minutes else None
-        self.batch_sharding = partitioning.batch_sharding(mesh)
-        self.first_shapes = self._shapes_for(s.schedule.phase_at(0))
-        self.compiled = self._compile()
+        chosen = self._compile(encoder)
+        # The setting train.fit chose (the config's own when it fits): what the run trains with.
+        self.s, self.mesh, self.encoder = chosen.s, chosen.mesh, chosen.encoder
+        self.model, self.objective = chosen.model, chosen.objective
+        self.phase_models, self.plan = chosen.phase_models, chosen.plan
+        self.data = data(self.mesh)
         self.checkpointer: Checkpointer | None = None
 
     def _clock(self) -> time_budget.BudgetClock:
@@ -68,38 +65,25 @@ class PretrainRun:
                             "one process's clock: run them on one host")
         return time_budget.BudgetClock(train.time_budget_minutes * 60.0)
 
-    def _shapes_for(self, phase):
-        s = self.s
-        return abstract_batch(s.train.batch_size, phase.seq_len, phase.max_predictions,
-                              nsp=s.objective.nsp, span=s.masking.strategy == "span",
-                              packed=s.objective.mode == "documents", sharding=self.batch_sharding)
-
-    def _compile(self) -> dict:
-        """The train step per sequence length of the phases not yet done."""
+    def _compile(self, encoder) -> pretrain_fit.Candidate:
+        """The train step per sequence length of the phases not yet done, under the setting
+        train.fit chooses (kept as self.fit, with its run.json record)."""
         s, schedule = self.s, self.s.schedule
         done = max(loading.checkpoint_steps(self.run_dir.checkpoints), default=0)
-        # Kept: the state is restored or created from it once every phase has compiled.
-        self.plan = StatePlan(self.model, self.optimizer, self.first_shapes, self.mesh,
-                              s.train.seed)
-        abstract, shardings = self.plan.abstract, self.plan.shardings
+        search = pretrain_fit.StepSearch(s, encoder, self.optimizer,
+                                         device_memory_gb=s.train.device_memory_gb,
+                                         recorded=self.run_dir.stored.get(pretrain_fit.RECORD_KEY))
         if done:  # a checkpoint of another shape is refused now, not after compiling
             with Checkpointer(self.run_dir.checkpoints, keep=None, read_only=True) as saved:
-                saved.refuse_another_model(abstract)
-        compiled = {}
-        for phase in schedule.phases:
-            if schedule.phase_end(phase, s.train.steps) > done:
-                train_step = make_train_step(self.phase_models[phase.seq_len], self.optimizer,
-                                             self.mesh, shardings,
-                                             accumulation_steps=s.train.accumulation_steps,
-                                             objective=self.objective)
-                compiled[phase.seq_len] = compile_step(
-                    train_step, abstract, self._shapes_for(phase),
-                    name=f"train step at {phase.seq_len} tokens", verbose=False,
-                    device_memory_gb=s.train.device_memory_gb)
+                saved.refuse_another_model(search.start.plan.abstract)
+        fit, chosen = search.run([phase for phase in schedule.phases
+                                  if schedule.phase_end(phase, s.train.steps) > done])
+        self.compiled, self.fit_record = fit.compiled, search.record(fit)
         if self.is_main:  # once every phase fits: a config refused for a later one prints one line
-            for step in compiled.values():
-                print(step.report, file=sys.stderr, flush=True)
-        return compiled
+            pretrain_fit.print_lines([search.resumed_line()] if search.resumed_line() else [])
+            pretrain_fit.print_lines(fit.lines())
+            pretrain_fit.print_lines([step.report for step in self.compiled.values()])
+        return chosen
 
     def _warm_start(self):
         """The init checkpoint's parameters in place of fresh ones, when the run has them."""
@@ -120,7 +104,8 @@ class PretrainRun:
         s = self.s
         self.checkpointer = Checkpointer(self.run_dir.checkpoints, keep=s.train.keep_checkpoints)
         start = common.restore_or_init(self.plan, self.checkpointer, self._warm_start())
-        self.run_dir.write_record(compared, info)
+        self.run_dir.write_record(compared, {**info, "encoder": self.encoder.record(),
+                                             pretrain_fit.RECORD_KEY: self.fit_record})
         if self.is_main:
             if start.step:
                 truncate_after(self.workdir, start.step)

@@ -10,11 +10,12 @@ from bertjax.data.inputs import NAMED_INPUTS
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
-from bertjax.core.errors import UserError
+from bertjax.core.errors import UserError, check_choice
 from bertjax.model.config import ENCODER_DEFAULTS
 from bertjax.settings import electra
 from bertjax.settings.config_keys import Section, fields_of, strict
 from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
+from bertjax.train.memory_fit import MODES as FIT_MODES
 from bertjax.train.optimizer import OptimizerConfig
 
 # name: (next-sentence prediction, span boundary objective, example mode)
@@ -112,6 +113,11 @@ class PretrainLoop:
     # GiB one device holds, checked against the compiled step before the first step; 0 asks the
     # device (TPUs and GPUs report it, CPUs do not). Set it lower to keep headroom.
     device_memory_gb: float = 0.0
+    # auto: a phase that does not fit a device gets, before step 1, the first setting of
+    # model.remat, then train.accumulation_steps, then mesh.fsdp that fits every phase with 10%
+    # headroom (bertjax/train/memory_fit.py), recorded in run.json and kept on resume; off: such
+    # a config is refused in one line.
+    fit: str = "auto"
     # Minutes of wall time to train for (0: train.steps decides). The learning-rate schedule is
     # then laid over the budget, train.steps is a cap, and the run checkpoints and stops once it
     # is spent (bertjax/train/time_budget.py; configs/budget.py).
@@ -232,6 +238,7 @@ def _check_loop(train: PretrainLoop) -> None:
         if not getattr(train, key) >= 0:
             raise UserError(f"train.{key} must not be negative, got {getattr(train, key)}")
     train.profiled_steps()
+    check_choice("train.fit", train.fit, FIT_MODES)
     missing = [t for t in train.fill_mask_examples.split("|") if t.strip() and "[MASK]" not in t]
     if missing:
         raise UserError(f"train.fill_mask_examples: {missing[0].strip()!r} has no [MASK]")

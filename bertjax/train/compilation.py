@@ -6,6 +6,7 @@ phase does not fit the device is refused at start-up, not after 90% of the run.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, Callable
@@ -14,6 +15,40 @@ import jax
 
 from bertjax.core.errors import UserError
 from bertjax.data.schema import pretraining_batch_spec
+
+
+# What the one-line refusal suggests (train.fit=auto tries these itself: memory_fit.py).
+LEVERS = ("lower train.batch_size, raise train.accumulation_steps, set model.remat, or shard "
+          "over more devices (mesh.fsdp)")
+
+
+class DoesNotFit(UserError):
+    """A compiled step larger than a device: its one line, and the bytes needed and held."""
+
+    def __init__(self, name: str, needed: int, held: int, source: str):
+        super().__init__(f"{name} needs {gib(needed)} per device but a device holds "
+                         f"{gib(held)} ({source}): {LEVERS}")
+        self.name, self.needed, self.held, self.source = name, needed, held, source
+        self.phase: object = None  # the phase's key, set by memory_fit's search
+
+
+# libtpu's words for a program that does not fit, e.g. "... required for HLO temporaries
+# (309.71G) exceeds available HBM (15.75G)": its sizes carry a binary unit (B, K, M, G, T, P).
+_SIZE = r"([\d.]+)([KMGTP]?)B?"
+_OUT_OF_HBM = (re.compile(rf"\({_SIZE}\) exceeds available HBM \({_SIZE}\)"),
+               re.compile(rf"Used {_SIZE} of {_SIZE} hbm"))
+_UNIT_GIB = {"": 2.0 ** -30, "K": 2.0 ** -20, "M": 2.0 ** -10, "G": 1.0, "T": 2.0 ** 10,
+             "P": 2.0 ** 20}
+
+
+def out_of_hbm(message: str) -> tuple[float, float] | None:
+    """(GiB needed, GiB a chip holds) from libtpu's out-of-memory refusal; None for any other
+    error."""
+    found = next((f for f in (p.search(message) for p in _OUT_OF_HBM) if f), None)
+    if found is None:
+        return None
+    needed, needed_unit, held, held_unit = found.groups()
+    return float(needed) * _UNIT_GIB[needed_unit], float(held) * _UNIT_GIB[held_unit]
 
 
 def abstract_batch(global_batch: int, seq_len: int, max_predictions: int, *, nsp: bool,
@@ -63,28 +98,35 @@ def memory_limit(configured_gib: float = 0.0) -> tuple[int | None, str]:
 
 def compile_step(jitted: Callable, *abstract_args: Any, name: str = "step",
                  verbose: bool = True, device_memory_gb: float = 0.0) -> Any:
-    """Lowers and compiles `jitted` for these shapes; refuses a misfit; prints (`verbose`) the
-    time and memory of a step that fits, a line also kept as `compiled.report`. A refusal is not
-    preceded by the report: its one line names the figures.
+    """Lowers and compiles `jitted` for these shapes; refuses a misfit (DoesNotFit); prints
+    (`verbose`) the time and memory of a step that fits, a line also kept as `compiled.report`.
+    A refusal is not preceded by the report: its one line names the figures.
 
     `device_memory_gb` > 0 sets the bytes a device holds (for devices that do not report it, or
     to leave headroom); 0 asks the device.
     """
     limit, source = memory_limit(device_memory_gb)
     started = time.perf_counter()
-    compiled = jitted.lower(*abstract_args).compile()
+    lowered = jitted.lower(*abstract_args)
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:
+        # libtpu's compiler refuses a program larger than a chip's HBM itself, before the
+        # comparison below can be made: the same refusal, with the figures it reports.
+        sizes = out_of_hbm(str(e))
+        if sizes is None:
+            raise
+        raise DoesNotFit(name, int(sizes[0] * 2**30), int(sizes[1] * 2**30),
+                         "libtpu's compiler") from None
     seconds = time.perf_counter() - started
     report = memory_report(compiled)
     if limit is not None and report.get("peak", 0) > limit:
-        raise UserError(f"{name} needs {_gib(report['peak'])} per device but a device holds "
-                        f"{_gib(limit)} ({source}): lower train.batch_size, raise "
-                        "train.accumulation_steps, set model.remat, or shard over more devices "
-                        "(mesh.fsdp)")
+        raise DoesNotFit(name, report["peak"], limit, source)
     parts = [f"compiled {name} in {seconds:.1f}s"]
     if report:
         parts.append("memory per device: " + ", ".join(
-            f"{k} {_gib(v)}" for k, v in report.items() if k != "generated_code"))
-    parts.append(f"device holds {_gib(limit)} ({source})" if limit is not None
+            f"{k} {gib(v)}" for k, v in report.items() if k != "generated_code"))
+    parts.append(f"device holds {gib(limit)} ({source})" if limit is not None
                  else "device memory unknown (set train.device_memory_gb to check it)")
     compiled.report = "; ".join(parts)  # type: ignore[attr-defined]
     if verbose:
@@ -93,5 +135,6 @@ def compile_step(jitted: Callable, *abstract_args: Any, name: str = "step",
     return compiled
 
 
-def _gib(n: int) -> str:
+def gib(n: int) -> str:
+    """Bytes as GiB (MiB below a quarter GiB), as the reports and refusals print them."""
     return f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"
