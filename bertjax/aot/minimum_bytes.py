@@ -3,21 +3,24 @@ the optimizer state and the sharding alone: the byte half of the roofline bound.
 counts only what no program for this step can avoid, and each rounds down where a choice
 exists, so that the bound is a true minimum (docs/tpu-compile.md writes the model down).
 
-Per chip, with N its parameter elements (its shard under fsdp/tensor), p the parameters' bytes an
-element (f32: 4), c the compute dtype's, S its optimizer state's bytes, L layers, t its tokens:
+The bound counts only what lives in HBM whatever the program does: the step's inputs and
+outputs (a compiled program's arguments and results are HBM buffers). Per chip, with N its
+parameter elements (its shard under fsdp/tensor), p the parameters' bytes an element (f32: 4),
+c the compute dtype's, S its optimizer state's bytes, L layers, t its tokens:
 
     optimizer update  2*N*p + 2*S           parameters and state read and written once (the
                                             step's inputs and outputs); the gradients need not
                                             touch HBM (an update fused into the backward pass)
-    weights           2*N*min(p, c)         read by the forward and the backward pass
-    activations       2*L*t*k*c             the tensors the remat policy saves, written once in
-                                            the forward pass, read once in the backward: k
-                                            elements a token a layer: full H (the layer input),
-                                            save_dots and none 6H + I (the input, Q, K, V,
-                                            attention output, FFN in and out)
-    attention, MLM head  0                  a fused kernel keeps scores, probabilities and the
-                                            masked positions' logits on chip
     batch             its arrays, read once
+    weights, activations, attention, MLM head  0: a program may keep them in on-chip memory
+                                            (a small model's whole working set fits there)
+
+Beside the bound, `spilled` gives what the weights and activations move when they do not fit on
+chip (a large model's): weights 2*N*min(p, c), read by the forward and the backward pass;
+activations 2*L*t*k*c, the tensors the remat policy saves, written once forward and read once
+backward, k elements a token a layer: full H (the layer input), save_dots and none 6H + I (the
+input, Q, K, V, attention output, FFN in and out). The report's reconciliation reads them; the
+bound does not.
 
 Collectives: the data-parallel shards (data x fsdp, n of them) must sum the gradients: each
 chip holds the other n-1 shards' part of the sum, so at least (n-1)/n of its gradient bytes
@@ -44,6 +47,7 @@ class MinimumBytes:
     hbm: dict[str, int]
     collective: int
     sequences: int  # the chip's share of the batch
+    spilled: dict[str, int] = dataclasses.field(default_factory=dict)  # not in the bound
 
     @property
     def hbm_total(self) -> int:
@@ -82,12 +86,13 @@ def minimum_bytes(state, batch: dict, config: EncoderConfig, mesh, seq_len: int)
     tensor = mesh.shape.get("tensor", 1)
     hbm = {
         "optimizer_update": 2 * param_bytes + 2 * opt_state,
+        "weights": 0, "activations": 0, "attention": 0, "mlm_head": 0,
+        "batch": sum(_local(leaf)[1] for leaf in jax.tree.leaves(batch)),
+    }
+    spilled = {
         "weights": int(2 * elements * min(per_element, compute)),
         "activations": (2 * config.num_layers * tokens * saved_per_token(config) * compute
                         // tensor),
-        "attention": 0,
-        "mlm_head": 0,
-        "batch": sum(_local(leaf)[1] for leaf in jax.tree.leaves(batch)),
     }
     collective = (shards - 1) * param_bytes // shards
-    return MinimumBytes(hbm, collective, sequences)
+    return MinimumBytes(hbm, collective, sequences, spilled)

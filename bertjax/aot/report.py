@@ -83,6 +83,7 @@ def roofline(c: Compiled, slice_: Slice, chips: int, batch: int, minimum: Minimu
     tokens = batch * c.phase.seq_len
     bound = _times(chip, c.model_flops / chips, minimum.hbm_total, minimum.collective)
     bound.update(hbm_bytes=minimum.hbm_total, hbm_bytes_by_category=minimum.hbm,
+                 hbm_bytes_if_spilled=minimum.spilled,
                  collective_bytes=minimum.collective,
                  tokens_per_s_ceiling=tokens / bound["step_s"] if bound["step_s"] else None,
                  mfu_ceiling=(c.model_flops / (bound["step_s"] * peak_all)
