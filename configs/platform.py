@@ -2,7 +2,8 @@
 
 Each changes only what differs from base.py. On accelerators matmuls run in bfloat16 while the
 parameters stay float32 (softmax, LayerNorm and the losses stay fp32 too); the mesh is plain data
-parallelism unless a preset says otherwise.
+parallelism unless a preset says otherwise. The TPU presets train without attention dropout, so
+their attention runs in Pallas's splash kernel (docs/tpu-compile.md#attention-kernels).
 
   cpu        One CPU host (a laptop or workstation), compute in fp32; BERT-base would take
              days per thousand steps, so this trains the `mini` size (L=4, H=256) with the
@@ -66,7 +67,9 @@ _BF16 = {"model.dtype": "bfloat16"}
 # sequences a chip (python -m bertjax.compile, docs/tpu-compile.md: v5e-8 needed 20.1 GiB of
 # temporaries for 15.75 available, v4-8 38.6 of 30.75, v4-32 37.4 of 30.75); with it, v5e-8
 # needs 7.5 GiB in all. The recomputation adds about 3% to the step's matmuls.
-_TPU = {**_BF16, "model.remat": "save_dots"}
+# No dropout on the attention probabilities (as ModernBERT and MosaicBERT train): the splash
+# attention kernel (model.attention_implementation=auto on a TPU) never forms them to drop.
+_TPU = {**_BF16, "model.remat": "save_dots", "model.attention_dropout": 0.0}
 
 # name -> the settings that differ from base.py (dotted keys).
 PLATFORMS: dict[str, dict] = {

@@ -9,7 +9,7 @@ tokens/s and MFU are ceilings, not predictions.
 
 from __future__ import annotations
 
-from bertjax.aot import hlo
+from bertjax.aot import attention_report, hlo
 from bertjax.aot.pretrain_step import Compiled
 from bertjax.aot.topology import Slice
 from bertjax.train.compilation import memory_report
@@ -98,5 +98,7 @@ def describe(report: dict) -> str:
             f"{r['hbm_s'] * 1e3:.2f}, ICI {r['ici_s'] * 1e3:.2f} ms) -> at most "
             + ("n/a" if tokens is None else f"{tokens:,.0f}") + f" tokens/s, MFU <= {mfu}",
         ]
+    if "attention" in report:
+        lines.append(attention_report.describe(report["attention"]))
     lines.append("estimates from the compiled HLO and published peaks, not measurements")
     return "\n".join(lines)

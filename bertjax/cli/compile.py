@@ -18,7 +18,7 @@ import dataclasses
 import sys
 
 from bertjax import settings
-from bertjax.aot import report, topology
+from bertjax.aot import attention_report, report, topology
 from bertjax.aot.pretrain_step import PretrainTarget
 from bertjax.cli import entry
 from bertjax.cli.config_flags import overridden_keys, parse_config
@@ -65,9 +65,13 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
     devices = topology.devices(slice_, options.num_slices)
     memory_gb = s.train.device_memory_gb or slice_.chip.hbm_gib
     target = PretrainTarget(s, devices, memory_gb)
+    compiled = target.compile_all()
     phases = [report.phase_report(c, slice_, len(devices), s.train.batch_size)
-              for c in target.compile_all()]
+              for c in compiled]
     encoder = target.encoder
+    attention = attention_report.attention_report(
+        encoder, devices[0].platform, packed=s.objective.mode == "documents",
+        phases=[(c.phase.seq_len, c.executable.as_text()) for c in compiled])
     return {
         "config": options.config, "topology": slice_.name, "libtpu_topology": slice_.libtpu_name,
         "num_slices": options.num_slices, "chips": len(devices),
@@ -78,6 +82,7 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
                   f"scan_layers={encoder.scan_layers}, remat={encoder.remat}, "
                   f"accumulation {s.train.accumulation_steps}"),
         "phases": phases,
+        "attention": attention,
         "note": "estimates from the compiled HLO and published chip peaks, not measurements",
     }
 
