@@ -6,10 +6,9 @@ packing), padding's is 0, which no real token has; padding then attends only to 
 row is empty (the kernel's softmax needs one key a row). Those rows differ from the XLA path's
 (where padding sees nothing and averages every key), and only those.
 
-The kernel takes lengths in whole blocks of 128 and a head size the TPU's lanes tile: the row is
-padded to a multiple of 128 (as padding) and the heads to a multiple of 128 with zeros, which
-leave q.k and the output's real columns unchanged. Queries are scaled by 1/sqrt(D) first (the
-kernel does not scale).
+The kernel takes lengths in whole blocks of 128: the row is padded to a multiple of 128 (as
+padding). Head sizes of 64 (BERT's, ModernBERT's) and 128 compile for a TPU as they are. Queries
+are scaled by 1/sqrt(D) first (the kernel does not scale).
 
 Under a mesh (the train step's, partitioning.axis_rules) the kernel runs in `shard_map`: rows
 over (data, fsdp), heads over tensor, as MaxText runs it; a Pallas call has no sharding rule of
@@ -31,7 +30,7 @@ from bertjax.parallel.partitioning import BATCH_AXES
 
 Array = jax.Array
 
-LANES = 128  # the kernel's block lengths and the padded head size are multiples of this
+LANES = 128  # the kernel's block lengths are multiples of this
 GLOBAL_BLOCK = 512  # MaxText's block for full attention; 128 for windows (fewer wasted keys)
 HEADS_AXIS = "tensor"
 
@@ -61,13 +60,13 @@ def splash_attention(query: Array, key: Array, value: Array, key_mask: Array,
     """Attention of [B, L, N, D] queries over keys of their own sequence, not padding and, with
     `half_window`, within that many positions. Returns [B, L, N, D] in value's dtype."""
     batch, length, heads, dim = query.shape
-    padded, dim_padded = padded_length(length), padded_length(dim)
+    padded = padded_length(length)
     scale = 1.0 / math.sqrt(dim)
     query = (query.astype(jnp.float32) * scale).astype(query.dtype)
 
     def heads_major(x: Array) -> Array:
-        """[B, L, N, D] -> [B, N, Lp, Dp], zero padded."""
-        x = jnp.pad(x, [(0, 0), (0, padded - length), (0, 0), (0, dim_padded - dim)])
+        """[B, L, N, D] -> [B, N, Lp, D], zero padded."""
+        x = jnp.pad(x, [(0, 0), (0, padded - length), (0, 0), (0, 0)])
         return x.transpose(0, 2, 1, 3)
 
     ids = jnp.pad(segment_ids(key_mask, pack_ids), [(0, 0), (0, padded - length)])
@@ -75,12 +74,12 @@ def splash_attention(query: Array, key: Array, value: Array, key_mask: Array,
                             block=block_size(length, half_window))
     args = (heads_major(query), heads_major(key), heads_major(value), ids)
     out = _sharded(run, args, batch, heads)
-    return out.transpose(0, 2, 1, 3)[:, :length, :, :dim].astype(value.dtype)
+    return out.transpose(0, 2, 1, 3)[:, :length].astype(value.dtype)
 
 
 def _kernel_call(query: Array, key: Array, value: Array, ids: Array, *,
                  half_window: int | None, interpret: bool, block: int) -> Array:
-    """The kernel over [b, n, Lp, Dp] (one shard's rows and heads), vmapped over rows."""
+    """The kernel over [b, n, Lp, D] (one shard's rows and heads), vmapped over rows."""
     _, heads, length, _ = query.shape
     shape = (length, length)
     head_mask = (masks.FullMask(shape) if half_window is None
