@@ -60,7 +60,8 @@ def attend(query: Array, key: Array, value: Array, ctx: AttentionContext, config
     """Attention of one layer over [B, L, N, D] projections, rotated first when the model uses
     rotary positions. `is_global` is a Python bool (layers in a loop) or a traced one (layers
     under nn.scan: both kinds are compiled and lax.cond runs the layer's; with splash each
-    branch is its own kernel, the global one with a full mask, the local one with a band)."""
+    branch is its own kernel, the global one with a full mask, the local one with a band).
+    Returns [B, L, N, D], or [B, N, L, D] where `heads_major()` says so."""
     if not config.has_local_layers:
         return _global(query, key, value, ctx, config, dropout_rng, ctx.rope_global)
     if isinstance(is_global, bool):
@@ -88,12 +89,18 @@ def kernel_of(config: EncoderConfig, kind: str, ctx: AttentionContext,
                                    packed=ctx.pack_ids is not None)
 
 
+def heads_major(config: EncoderConfig, ctx: AttentionContext, dropout_rng: Array | None) -> bool:
+    """Whether attend() returns the splash kernel's [B, N, L, D] (both layer kinds take the
+    kernel together or neither does)."""
+    return kernel_of(config, attention_choice.GLOBAL, ctx, dropout_rng) == attention_choice.SPLASH
+
+
 def _global(query, key, value, ctx, config, dropout_rng, rope) -> Array:
     query, key = _rotated(query, key, rope)
     kernel = kernel_of(config, attention_choice.GLOBAL, ctx, dropout_rng)
     if kernel == attention_choice.SPLASH:
         return splash_attention.splash_attention(query, key, value, ctx.key_mask, ctx.pack_ids,
-                                                 interpret=_interpret())
+                                                 interpret=_interpret(), heads_major=True)
     if kernel == attention_choice.EXPLICIT:
         return explicit_attention(query, key, value, ctx.full_mask(),
                                   dropout_rate=_dropout(config, dropout_rng),
@@ -110,7 +117,8 @@ def _local(query, key, value, ctx, config, dropout_rng, rope) -> Array:
     kernel = kernel_of(config, attention_choice.SLIDING_WINDOW, ctx, dropout_rng)
     if kernel == attention_choice.SPLASH:
         return splash_attention.splash_attention(query, key, value, ctx.key_mask, ctx.pack_ids,
-                                                 half_window=half, interpret=_interpret())
+                                                 half_window=half, interpret=_interpret(),
+                                                 heads_major=True)
     if kernel == attention_choice.EXPLICIT:
         # Dropout needs the probabilities themselves: spelled out over the banded mask.
         return explicit_attention(query, key, value, ctx.band_mask(half),

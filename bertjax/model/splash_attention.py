@@ -56,15 +56,17 @@ def segment_ids(key_mask: Array, pack_ids: Array | None) -> Array:
 
 def splash_attention(query: Array, key: Array, value: Array, key_mask: Array,
                      pack_ids: Array | None = None, *, half_window: int | None = None,
-                     interpret: bool = False) -> Array:
+                     interpret: bool = False, heads_major: bool = False) -> Array:
     """Attention of [B, L, N, D] queries over keys of their own sequence, not padding and, with
-    `half_window`, within that many positions. Returns [B, L, N, D] in value's dtype."""
+    `half_window`, within that many positions. Returns [B, L, N, D] in value's dtype, or the
+    kernel's own [B, N, L, D] with `heads_major`: a consumer that contracts that layout keeps
+    the kernel's output (saved for its backward pass anyway) as its own residual, not a copy."""
     batch, length, heads, dim = query.shape
     padded = padded_length(length)
     scale = 1.0 / math.sqrt(dim)
     query = (query.astype(jnp.float32) * scale).astype(query.dtype)
 
-    def heads_major(x: Array) -> Array:
+    def to_kernel(x: Array) -> Array:
         """[B, L, N, D] -> [B, N, Lp, D], zero padded."""
         x = jnp.pad(x, [(0, 0), (0, padded - length), (0, 0), (0, 0)])
         return x.transpose(0, 2, 1, 3)
@@ -72,9 +74,10 @@ def splash_attention(query: Array, key: Array, value: Array, key_mask: Array,
     ids = jnp.pad(segment_ids(key_mask, pack_ids), [(0, 0), (0, padded - length)])
     run = functools.partial(_kernel_call, half_window=half_window, interpret=interpret,
                             block=block_size(length, half_window))
-    args = (heads_major(query), heads_major(key), heads_major(value), ids)
+    args = (to_kernel(query), to_kernel(key), to_kernel(value), ids)
     out = _sharded(run, args, batch, heads)
-    return out.transpose(0, 2, 1, 3)[:, :length].astype(value.dtype)
+    out = out[:, :, :length].astype(value.dtype)
+    return out if heads_major else out.transpose(0, 2, 1, 3)
 
 
 def _kernel_call(query: Array, key: Array, value: Array, ids: Array, *,
