@@ -10,7 +10,8 @@ import re
 from bertjax.model import attention_choice
 from bertjax.model.config import EncoderConfig
 
-# `%splash_mha_fwd_segmented_residuals.2 = (...) custom-call(...), custom_call_target="tpu_custom_call"`
+# `%splash_mha_fwd_segmented_residuals.2 = (...) custom-call(...),
+#  custom_call_target="tpu_custom_call"`
 _CUSTOM_CALL = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.-]+?)(?:\.\d+)? = .*"
                           r'custom_call_target="tpu_custom_call"', re.MULTILINE)
 

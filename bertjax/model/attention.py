@@ -13,7 +13,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bertjax.model import attention_choice, local_attention, rotary, splash_attention
+from bertjax.model import (attention_choice, local_attention, low_precision_matmul, rotary,
+                           splash_attention)
 from bertjax.model.config import EncoderConfig
 
 Array = jax.Array
@@ -91,7 +92,10 @@ def kernel_of(config: EncoderConfig, kind: str, ctx: AttentionContext,
 
 def heads_major(config: EncoderConfig, ctx: AttentionContext, dropout_rng: Array | None) -> bool:
     """Whether attend() returns the splash kernel's [B, N, L, D] (both layer kinds take the
-    kernel together or neither does)."""
+    kernel together or neither does). Not where the output projection goes through
+    low_precision_matmul, which contracts trailing axes only."""
+    if low_precision_matmul.use_fast_gradients(config.operand_dtype):
+        return False
     return kernel_of(config, attention_choice.GLOBAL, ctx, dropout_rng) == attention_choice.SPLASH
 
 
@@ -99,8 +103,9 @@ def _global(query, key, value, ctx, config, dropout_rng, rope) -> Array:
     query, key = _rotated(query, key, rope)
     kernel = kernel_of(config, attention_choice.GLOBAL, ctx, dropout_rng)
     if kernel == attention_choice.SPLASH:
-        return splash_attention.splash_attention(query, key, value, ctx.key_mask, ctx.pack_ids,
-                                                 interpret=_interpret(), heads_major=True)
+        return splash_attention.splash_attention(
+            query, key, value, ctx.key_mask, ctx.pack_ids, interpret=_interpret(),
+            heads_major=heads_major(config, ctx, dropout_rng))
     if kernel == attention_choice.EXPLICIT:
         return explicit_attention(query, key, value, ctx.full_mask(),
                                   dropout_rate=_dropout(config, dropout_rng),
@@ -116,9 +121,9 @@ def _local(query, key, value, ctx, config, dropout_rng, rope) -> Array:
     half = config.sliding_window // 2
     kernel = kernel_of(config, attention_choice.SLIDING_WINDOW, ctx, dropout_rng)
     if kernel == attention_choice.SPLASH:
-        return splash_attention.splash_attention(query, key, value, ctx.key_mask, ctx.pack_ids,
-                                                 half_window=half, interpret=_interpret(),
-                                                 heads_major=True)
+        return splash_attention.splash_attention(
+            query, key, value, ctx.key_mask, ctx.pack_ids, half_window=half,
+            interpret=_interpret(), heads_major=heads_major(config, ctx, dropout_rng))
     if kernel == attention_choice.EXPLICIT:
         # Dropout needs the probabilities themselves: spelled out over the banded mask.
         return explicit_attention(query, key, value, ctx.band_mask(half),
