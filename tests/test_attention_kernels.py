@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.aot import attention_report, topology
+from bertjax.aot import attention_report, hlo, topology
 from bertjax.cli import compile as compile_cli
 from bertjax.cli import main
 from bertjax.core.errors import UserError
@@ -121,6 +121,24 @@ def test_the_report_reads_the_kernels_off_the_hlo():
     assert "NO splash kernel" in attention_report.describe(missing)
     on_cpu = attention_report.attention_report(config, "cpu", packed=True, phases=[(128, "")])
     assert on_cpu["splash_in_hlo"] is None
+
+
+def test_the_hlo_reader_reads_past_a_custom_call_whose_config_wraps_lines():
+    """A Pallas call's backend config holds text that wraps onto a line starting "}}": the ops
+    after it (here a dot of 2 x 4 x 8 x 16 FLOPs) still belong to the computation."""
+    text = "\n".join([
+        "HloModule m", "",
+        "ENTRY %main (p: f32[4,8], q: f32[8,16]) -> f32[4,16] {",
+        "  %p = f32[4,8]{1,0} parameter(0)",
+        "  %q = f32[8,16]{1,0} parameter(1)",
+        '  %splash_mha_fwd.1 = f32[4,8]{1,0} custom-call(%p), custom_call_target="tpu_custom_call",'
+        ' backend_config={"xprof_metadata":"{\\"block_q\\": 128,',
+        '}}, metadata={op_name="pallas_call"}',
+        "  ROOT %dot.2 = f32[4,16]{1,0} dot(%splash_mha_fwd.1, %q), lhs_contracting_dims={1}, "
+        "rhs_contracting_dims={0}",
+        "}"])
+    assert hlo.analyse(text).matmul_flops == 2 * 4 * 8 * 16
+    assert attention_report.tpu_kernels(text) == {"splash_mha_fwd": 1}
 
 
 # -- the kernel against the XLA path, in Pallas's interpreter ----------------------------------
