@@ -2,7 +2,8 @@
 
 Each changes only what differs from base.py. On accelerators matmuls run in bfloat16 while the
 parameters stay float32 (softmax, LayerNorm and the losses stay fp32 too); the mesh is plain data
-parallelism unless a preset says otherwise.
+parallelism unless a preset says otherwise. The TPU presets train without attention dropout, so
+their attention runs in Pallas's splash kernel (docs/tpu-compile.md#attention-kernels).
 
   cpu        One CPU host (a laptop or workstation), compute in fp32; BERT-base would take
              days per thousand steps, so this trains the `mini` size (L=4, H=256) with the
@@ -36,9 +37,11 @@ parallelism unless a preset says otherwise.
                      --config.data.input='corpus/*.txt'
 
   tpu_v5e_8  BERT-base on one TPU v5e-8 VM (v5litepod-8): 8 chips of 16 GiB HBM, one host.
-             Batch 256 is 32 a chip; at the 512-token phase that needs 20.1 GiB of temporaries
-             without remat, so the layers keep only their matmuls' outputs for the backward pass
-             (model.remat=save_dots): 7.5 GiB a chip in all (python -m bertjax.compile).
+             Batch 256 is 32 a chip; at the 512-token phase with BERT's attention dropout that
+             needs 20.1 GiB of temporaries without remat, so the layers keep only their
+             matmuls' outputs for the backward pass (model.remat=save_dots): 6.5 GiB a chip in
+             all (python -m bertjax.compile --config=configs/platform.py:tpu_v5e_8
+             --topology=v5e-8 --config.schedule.long_fraction=1).
                  launch/tpu_vm.sh --name=bert --zone=us-west4-a --type=v5litepod-8 \
                      --version=v2-alpha-tpuv5-lite -- \
                      --config=configs/platform.py:tpu_v5e_8 --workdir=DIR \
@@ -63,10 +66,13 @@ from configs import base
 _BF16 = {"model.dtype": "bfloat16"}
 # Each layer's activations are recomputed in the backward pass except its matmuls' outputs
 # (model.remat=save_dots): without it, the 512-token phase does not fit a TPU chip at 32 or 64
-# sequences a chip (python -m bertjax.compile, docs/tpu-compile.md: v5e-8 needed 20.1 GiB of
-# temporaries for 15.75 available, v4-8 38.6 of 30.75, v4-32 37.4 of 30.75); with it, v5e-8
-# needs 7.5 GiB in all. The recomputation adds about 3% to the step's matmuls.
-_TPU = {**_BF16, "model.remat": "save_dots"}
+# sequences a chip (python -m bertjax.compile, docs/tpu-compile.md, with BERT's attention dropout:
+# v5e-8 needed 20.1 GiB of temporaries for 15.75 available, v4-8 38.6 of 30.75, v4-32 37.4 of
+# 30.75); with it and the splash kernel, v5e-8 needs 6.5 GiB in all. The recomputation adds
+# about 3% to the step's matmuls.
+# No dropout on the attention probabilities (as ModernBERT and MosaicBERT train): the splash
+# attention kernel (model.attention_implementation=auto on a TPU) never forms them to drop.
+_TPU = {**_BF16, "model.remat": "save_dots", "model.attention_dropout": 0.0}
 
 # name -> the settings that differ from base.py (dotted keys).
 PLATFORMS: dict[str, dict] = {

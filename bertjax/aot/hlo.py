@@ -161,7 +161,7 @@ def _computations(hlo: str) -> tuple[dict[str, list[str]], str]:
             current = header.group(1)
             computations[current] = []
             entry = current if line.startswith("ENTRY") else entry
-        elif line.startswith("}"):
+        elif line.rstrip() == "}":  # a custom call's backend config may wrap onto "}}, ..."
             current = None
         elif current is not None:
             computations[current].append(line)

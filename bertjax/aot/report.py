@@ -16,7 +16,7 @@ Real steps are slower than both (no kernel runs at peak; compute, HBM and ICI ov
 
 from __future__ import annotations
 
-from bertjax.aot import hlo, traffic_categories
+from bertjax.aot import attention_report, hlo, traffic_categories
 from bertjax.aot.minimum_bytes import MinimumBytes
 from bertjax.aot.pretrain_step import Compiled
 from bertjax.aot.topology import Slice
@@ -138,6 +138,8 @@ def describe(report: dict) -> str:
         fit = report.get("fit", {}).get("phases", {}).get(str(p["seq_len"]))
         if fit:  # train.fit: the settings tried for this phase and the one it fits with
             lines.append(f"  fit:         {fit['line']}")
+    if "attention" in report:
+        lines.append(attention_report.describe(report["attention"]))
     lines.append("estimates from the compiled HLO and published peaks, not measurements")
     return "\n".join(lines)
 

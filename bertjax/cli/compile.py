@@ -21,7 +21,7 @@ import json
 import sys
 
 from bertjax import settings
-from bertjax.aot import report, topology
+from bertjax.aot import attention_report, report, topology
 from bertjax.aot.minimum_bytes import minimum_bytes
 from bertjax.aot.pretrain_step import PretrainTarget
 from bertjax.cli import entry
@@ -94,11 +94,15 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
     devices = topology.devices(slice_, options.num_slices)
     memory_gb = s.train.device_memory_gb or slice_.chip.hbm_gib
     target = PretrainTarget(s, devices, memory_gb)
+    compiled = target.compile_all()
     phases = [report.phase_report(c, slice_, len(devices), s.train.batch_size,
                                   minimum_bytes(c.state, c.batch, target.encoder, target.mesh,
                                                 c.phase.seq_len))
-              for c in target.compile_all()]
+              for c in compiled]
     s, encoder = target.s, target.encoder  # the setting train.fit chose
+    attention = attention_report.attention_report(
+        encoder, devices[0].platform, packed=s.objective.mode == "documents",
+        phases=[(c.phase.seq_len, c.executable.as_text()) for c in compiled])
     return {
         "config": options.config, "topology": slice_.name, "libtpu_topology": slice_.libtpu_name,
         "num_slices": options.num_slices, "chips": len(devices),
@@ -110,6 +114,7 @@ def run(options, slice_: topology.Slice, s: PretrainSettings) -> dict:
                   f"accumulation {s.train.accumulation_steps}"),
         "phases": phases,
         "fit": target.fit.record(),  # what train.fit changed, and how each phase was made to fit
+        "attention": attention,
         "note": "estimates from the compiled HLO and published chip peaks, not measurements",
     }
 

@@ -13,7 +13,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bertjax.model import local_attention, rotary
+from bertjax.model import (attention_choice, local_attention, low_precision_matmul, rotary,
+                           splash_attention)
 from bertjax.model.config import EncoderConfig
 
 Array = jax.Array
@@ -59,7 +60,9 @@ def attend(query: Array, key: Array, value: Array, ctx: AttentionContext, config
            is_global, dropout_rng: Array | None = None) -> Array:
     """Attention of one layer over [B, L, N, D] projections, rotated first when the model uses
     rotary positions. `is_global` is a Python bool (layers in a loop) or a traced one (layers
-    under nn.scan: both kinds are compiled and lax.cond runs the layer's)."""
+    under nn.scan: both kinds are compiled and lax.cond runs the layer's; with splash each
+    branch is its own kernel, the global one with a full mask, the local one with a band).
+    Returns [B, L, N, D], or [B, N, L, D] where `heads_major()` says so."""
     if not config.has_local_layers:
         return _global(query, key, value, ctx, config, dropout_rng, ctx.rope_global)
     if isinstance(is_global, bool):
@@ -79,24 +82,60 @@ def _rotated(query: Array, key: Array, rope) -> tuple[Array, Array]:
     return rotary.rotate(query, *rope), rotary.rotate(key, *rope)
 
 
+def kernel_of(config: EncoderConfig, kind: str, ctx: AttentionContext,
+              dropout_rng: Array | None) -> str:
+    """The kernel (attention_choice) a layer of `kind` runs, on the platform being traced for."""
+    return attention_choice.choose(config, kind, platform=attention_choice.target_platform(),
+                                   dropout=bool(_dropout(config, dropout_rng)),
+                                   packed=ctx.pack_ids is not None)
+
+
+def heads_major(config: EncoderConfig, ctx: AttentionContext, dropout_rng: Array | None) -> bool:
+    """Whether attend() returns the splash kernel's [B, N, L, D] (both layer kinds take the
+    kernel together or neither does). Not where the output projection goes through
+    low_precision_matmul, which contracts trailing axes only."""
+    if low_precision_matmul.use_fast_gradients(config.operand_dtype):
+        return False
+    return kernel_of(config, attention_choice.GLOBAL, ctx, dropout_rng) == attention_choice.SPLASH
+
+
 def _global(query, key, value, ctx, config, dropout_rng, rope) -> Array:
     query, key = _rotated(query, key, rope)
-    implementation = config.attention_implementation
-    if implementation == "cudnn" and ctx.pack_ids is not None:
-        implementation = "xla"  # cuDNN takes padding as lengths, not a block-diagonal mask
-    return attention(query, key, value, ctx.full_mask(), dropout_rate=_dropout(config, dropout_rng),
-                     dropout_rng=dropout_rng, implementation=implementation)
+    kernel = kernel_of(config, attention_choice.GLOBAL, ctx, dropout_rng)
+    if kernel == attention_choice.SPLASH:
+        return splash_attention.splash_attention(
+            query, key, value, ctx.key_mask, ctx.pack_ids, interpret=_interpret(),
+            heads_major=heads_major(config, ctx, dropout_rng))
+    if kernel == attention_choice.EXPLICIT:
+        return explicit_attention(query, key, value, ctx.full_mask(),
+                                  dropout_rate=_dropout(config, dropout_rng),
+                                  dropout_rng=dropout_rng)
+    # "auto" resolved to XLA keeps the backend's own choice, as jax.nn.dot_product_attention's.
+    implementation = "" if kernel == attention_choice.XLA and config.attention_implementation in (
+        "auto", "") else kernel
+    return attention(query, key, value, ctx.full_mask(), implementation=implementation)
 
 
 def _local(query, key, value, ctx, config, dropout_rng, rope) -> Array:
     query, key = _rotated(query, key, rope)
     half = config.sliding_window // 2
-    if _dropout(config, dropout_rng):
+    kernel = kernel_of(config, attention_choice.SLIDING_WINDOW, ctx, dropout_rng)
+    if kernel == attention_choice.SPLASH:
+        return splash_attention.splash_attention(
+            query, key, value, ctx.key_mask, ctx.pack_ids, half_window=half,
+            interpret=_interpret(), heads_major=heads_major(config, ctx, dropout_rng))
+    if kernel == attention_choice.EXPLICIT:
         # Dropout needs the probabilities themselves: spelled out over the banded mask.
         return explicit_attention(query, key, value, ctx.band_mask(half),
-                                  dropout_rate=config.attention_dropout, dropout_rng=dropout_rng)
+                                  dropout_rate=_dropout(config, dropout_rng),
+                                  dropout_rng=dropout_rng)
     return local_attention.sliding_window_attention(query, key, value, ctx.key_mask, half,
                                                     pack_ids=ctx.pack_ids)
+
+
+def _interpret() -> bool:
+    """Off a TPU the Pallas kernel runs in Pallas's interpreter."""
+    return attention_choice.target_platform() != "tpu"
 
 
 def _dropout(config: EncoderConfig, dropout_rng: Array | None) -> float:

@@ -12,7 +12,10 @@ from bertjax.core.errors import UserError, check_choice
 
 REMAT_POLICIES = ("none", "full", "save_dots")
 DTYPES = ("float32", "bfloat16", "float16")
-ATTENTION_IMPLEMENTATIONS = ("", "xla", "cudnn")
+# bertjax/model/attention_choice.py says what each picks.
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash", "explicit")
+# The fused kernels compute no attention probabilities, so none can be dropped.
+FUSED_ATTENTION = ("cudnn", "splash")
 POSITION_EMBEDDINGS = ("learned", "rope")
 NORM_PLACEMENTS = ("post", "pre")
 MLP_KINDS = ("gelu", "geglu")
@@ -62,11 +65,11 @@ class EncoderConfig:
     # element-wise work XLA's CPU backend widens and narrows again around every op; on the CPU
     # the products' gradients go through model/low_precision_matmul.py (docs/speed.md).
     matmul_dtype: str = ""
-    # jax.nn.dot_product_attention's implementation when attention dropout is 0 (or at
-    # inference): "" lets the backend choose (XLA on CPU and TPU); "cudnn" asks for cuDNN's fused
-    # flash attention on a GPU (bf16 or fp16, padding given as sequence lengths); "xla" never
-    # fuses. With attention dropout in training the probabilities are spelled out instead.
-    attention_implementation: str = ""
+    # The attention kernel (model/attention_choice.py): "auto" picks by the platform compiled
+    # for (TPU: Pallas splash attention; GPU: cuDNN where it applies; CPU: XLA), "xla", "cudnn",
+    # "splash" or "explicit" force one. With attention dropout in training `auto` spells the
+    # probabilities out ("explicit"); cudnn and splash refuse attention dropout.
+    attention_implementation: str = "auto"
     # nn.scan over layers: one compiled layer body instead of L copies (faster compiles).
     scan_layers: bool = False
     remat: str = "none"
@@ -97,8 +100,14 @@ class EncoderConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         check_choice("model.remat", self.remat, REMAT_POLICIES)
-        check_choice("model.attention_implementation", self.attention_implementation,
-                     ATTENTION_IMPLEMENTATIONS)
+        if self.attention_implementation:  # "" (the backend's choice, in records) is auto
+            check_choice("model.attention_implementation", self.attention_implementation,
+                         ATTENTION_IMPLEMENTATIONS)
+        if self.attention_implementation in FUSED_ATTENTION and self.attention_dropout > 0.0:
+            raise UserError(f"model.attention_implementation={self.attention_implementation} "
+                            f"computes no attention probabilities to drop: set "
+                            f"model.attention_dropout=0 (it is {self.attention_dropout}), or "
+                            f"use model.attention_implementation=auto")
         for name in ("dtype", "param_dtype"):
             check_choice(f"model.{name}", getattr(self, name), DTYPES)
         if self.matmul_dtype:

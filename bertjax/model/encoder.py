@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.model import adaptation
-from bertjax.model.attention import AttentionContext, attend, context
+from bertjax.model.attention import AttentionContext, attend, context, heads_major
 from bertjax.model.config import EncoderConfig
 from bertjax.model.embeddings import HIDDEN_AXES, Embeddings
 from bertjax.model.primitives import EinsumDense, dense, gather_positions, gelu, layer_norm
@@ -30,6 +30,7 @@ Array = jax.Array
 
 # Logical axis names of activations; the sharding rules table maps these to mesh axes.
 HEADS_AXES = ("batch", "length", "heads", "kv")
+HEADS_MAJOR_AXES = ("batch", "heads", "length", "kv")
 MLP_AXES = ("batch", "length", "mlp")
 
 _REMAT_POLICIES = {
@@ -70,8 +71,11 @@ class SelfAttention(nn.Module):
         if not deterministic and cfg.attention_dropout > 0.0:
             dropout_rng = self.make_rng("dropout")
         context = attend(query, key, value, ctx, cfg, is_global, dropout_rng)
-        context = nn.with_logical_constraint(context, HEADS_AXES)
-        return EinsumDense(cfg, "blnd,ndh->blh", (*heads, cfg.hidden_size),
+        # The splash kernel's [B, N, L, D] is contracted as it is (attention.heads_major).
+        major = heads_major(cfg, ctx, dropout_rng)
+        context = nn.with_logical_constraint(context, HEADS_MAJOR_AXES if major else HEADS_AXES)
+        return EinsumDense(cfg, "bnld,ndh->blh" if major else "blnd,ndh->blh",
+                           (*heads, cfg.hidden_size),
                            ("heads", "kv", "embed"), use_bias=cfg.use_bias, name="output")(context)
 
 

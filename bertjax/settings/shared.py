@@ -53,8 +53,8 @@ class ModelSpec:
     # Fine-tuning: hidden_dropout is also the dropout before the classifier.
     hidden_dropout: float = _encoder("hidden_dropout")
     attention_dropout: float = _encoder("attention_dropout")
-    # "" lets the backend choose jax.nn.dot_product_attention's kernel (used whenever attention
-    # dropout is 0, and at inference); "cudnn": cuDNN flash attention on a GPU, with bf16.
+    # auto (by the platform compiled for: TPU splash, GPU cuDNN where it applies, CPU XLA) |
+    # xla | cudnn (GPU, bf16) | splash | explicit (bertjax/model/attention_choice.py)
     attention_implementation: str = _encoder("attention_implementation")
     # "bfloat16" with dtype float32: bf16 matmul operands, fp32 results and everything else
     # (docs/speed.md: faster on a CPU with AVX512-BF16). "": model.dtype.
