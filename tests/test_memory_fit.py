@@ -64,6 +64,7 @@ def test_a_config_that_fits_is_compiled_once_a_phase_and_left_as_it_is():
     assert fit.levers == Levers("none", 1, 1, 8) and fit.lines() == []
     assert fit.compiled == {512: f"step 512 {fit.levers}", 128: f"step 128 {fit.levers}"}
     assert fit.record()["changed"] == {}
+    assert fit.record()["phases"]["512"]["line"] == "fits as configured (90.0 MiB)"
 
 
 def test_remat_comes_first_and_a_candidate_is_dropped_at_its_first_misfit():

@@ -136,7 +136,8 @@ class Fit:
                   if a.misfit is not None and a.misfit.phase == key]
         _, peak = self.attempts[-1].compiled[key]
         chosen = self.levers.describe(self.configured)
-        fits = f"fits with {chosen}" + (f" ({gib(peak)})" if peak is not None else "")
+        fits = ("fits as configured" if not self.levers.changes(self.configured)
+                else f"fits with {chosen}") + (f" ({gib(peak)})" if peak is not None else "")
         return "; ".join(failed + [fits])
 
     def record(self) -> dict:
