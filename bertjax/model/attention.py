@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from bertjax.model import (attention_choice, local_attention, low_precision_matmul, rotary,
                            splash_attention)
 from bertjax.model.config import EncoderConfig
+from bertjax.model.target_platform import target_platform
 
 Array = jax.Array
 
@@ -85,7 +86,7 @@ def _rotated(query: Array, key: Array, rope) -> tuple[Array, Array]:
 def kernel_of(config: EncoderConfig, kind: str, ctx: AttentionContext,
               dropout_rng: Array | None) -> str:
     """The kernel (attention_choice) a layer of `kind` runs, on the platform being traced for."""
-    return attention_choice.choose(config, kind, platform=attention_choice.target_platform(),
+    return attention_choice.choose(config, kind, platform=target_platform(),
                                    dropout=bool(_dropout(config, dropout_rng)),
                                    packed=ctx.pack_ids is not None)
 
@@ -135,7 +136,7 @@ def _local(query, key, value, ctx, config, dropout_rng, rope) -> Array:
 
 def _interpret() -> bool:
     """Off a TPU the Pallas kernel runs in Pallas's interpreter."""
-    return attention_choice.target_platform() != "tpu"
+    return target_platform() != "tpu"
 
 
 def _dropout(config: EncoderConfig, dropout_rng: Array | None) -> float:

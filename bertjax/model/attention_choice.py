@@ -20,20 +20,12 @@ The platform is the abstract mesh's (set while the step is traced, train/step.py
 
 from __future__ import annotations
 
-import jax
 
 from bertjax.model.config import EncoderConfig
 
 GLOBAL, SLIDING_WINDOW = "global", "sliding_window"
 XLA, CUDNN, SPLASH, EXPLICIT = "xla", "cudnn", "splash", "explicit"
 _HALF_PRECISION = ("bfloat16", "float16")
-
-
-def target_platform() -> str:
-    """"tpu", "gpu" or "cpu": the devices of the mesh being traced for, else JAX's backend."""
-    mesh = jax.sharding.get_abstract_mesh()
-    device = None if mesh.empty else getattr(mesh, "abstract_device", None)
-    return device.platform if device is not None else jax.default_backend()
 
 
 def layer_kinds(config: EncoderConfig) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ with a reshape round-trip that XLA cannot fold into the product gives it the sup
 
 `matmul_2d` is that product with a custom VJP, for 2-D operands; `einsum` flattens a layer's
 product (the encoder's projections, dense layers and tied output layer) onto it;
-`use_fast_gradients` says when it pays: bf16 operands on the CPU backend (GPUs and TPUs take
+`use_fast_gradients` says when it pays: bf16 operands compiled for a CPU (GPUs and TPUs take
 any form at full rate, and there the copy would only cost).
 """
 
@@ -23,11 +23,13 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from bertjax.model.target_platform import target_platform
+
 Array = jax.Array
 
 
 def use_fast_gradients(operand_dtype: str) -> bool:
-    return jnp.dtype(operand_dtype) == jnp.bfloat16 and jax.default_backend() == "cpu"
+    return jnp.dtype(operand_dtype) == jnp.bfloat16 and target_platform() == "cpu"
 
 
 def _materialized_transpose(x: Array) -> Array:
