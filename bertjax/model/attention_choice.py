@@ -20,7 +20,6 @@ The platform is the abstract mesh's (set while the step is traced, train/step.py
 
 from __future__ import annotations
 
-
 from bertjax.model.config import EncoderConfig
 
 GLOBAL, SLIDING_WINDOW = "global", "sliding_window"
