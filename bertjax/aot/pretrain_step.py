@@ -31,7 +31,7 @@ class Compiled:
     program: hlo.Program         # per device, from the HLO: loop bodies once per iteration
     xla_flops_once: float | None  # XLA's own count: elementwise work too, loop bodies once
     xla_bytes_once: float | None
-    model_flops: float           # bench/flops.py's analytic count, the whole step, all devices
+    model_flops: float           # model/flops.py's analytic count, the whole step, all devices
     state: Any = None            # the abstract train state and batch, shardings included
     batch: Any = None            # (aot/minimum_bytes.py)
 

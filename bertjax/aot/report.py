@@ -130,7 +130,7 @@ def describe(report: dict) -> str:
             f"  FLOPs:       {p['flops'] / 1e12:.4g} TFLOP a step (matmuls, from the HLO, "
             f"remat included); XLA's total {xla} (elementwise too, loop bodies once); "
             f"model {p['model_flops_step_all_chips'] / report['chips'] / 1e12:.4g} "
-            "(bench/flops.py, analytic)",
+            "(model/flops.py, analytic)",
             f"  HBM traffic: {p['bytes_accessed'] / GIB:.3g} GiB a step (estimate from the HLO)",
             f"  collectives: {coll} a step",
             *_roofline_lines(r["bound"], r["estimate"]),
