@@ -147,3 +147,17 @@ def test_minimum_bytes_of_an_adamw_step():
     # save_dots keeps 6H + I elements a token a layer, in bf16, written and read once.
     assert found.spilled["activations"] == 2 * 2 * (8 * 16) * (6 * 64 + 256) * 2
     assert found.collective == 0  # one data shard: nothing to sum
+
+
+def test_a_kernels_matmuls_are_the_analytic_counts_excess_when_the_hlo_calls_one():
+    program = hlo.analyse(HLO)
+    kernel = HLO.replace('custom_call_target="AllocateBuffer"',
+                         'custom_call_target="tpu_custom_call"')
+
+    def compiled(text):
+        executable = types.SimpleNamespace(as_text=lambda: text)
+        return types.SimpleNamespace(executable=executable, program=program,
+                                     model_flops=8 * (program.matmul_flops + 10 ** 9))
+
+    assert report.kernel_matmul_flops(compiled(HLO), chips=8) == 0.0
+    assert report.kernel_matmul_flops(compiled(kernel), chips=8) == 10 ** 9
