@@ -113,7 +113,7 @@ def check_report(report: dict, chips: int) -> dict:
     assert phase["collectives"]["all-reduce"]["bytes"] >= 2 * 1_000_000
     assert phase["collective_bytes"] >= phase["collectives"]["all-reduce"]["bytes"]
     assert phase["bytes_accessed"] > 0 and phase["uncounted_loops"] == 0
-    # The matmuls counted in the HLO are the analytic count's (bench/flops.py): both count each
+    # The matmuls counted in the HLO are the analytic count's (model/flops.py): both count each
     # dot once, the MLM head at the masked positions only; no remat, so nothing recomputed.
     analytic = phase["model_flops_step_all_chips"] / chips
     assert phase["flops"] == pytest.approx(analytic, rel=0.05)
