@@ -68,7 +68,7 @@ _BF16 = {"model.dtype": "bfloat16"}
 # (model.remat=save_dots): without it, the 512-token phase does not fit a TPU chip at 32 or 64
 # sequences a chip (python -m bertjax.compile, docs/tpu-compile.md, with BERT's attention dropout:
 # v5e-8 needed 20.1 GiB of temporaries for 15.75 available, v4-8 38.6 of 30.75, v4-32 37.4 of
-# 30.75); with it and the splash kernel, v5e-8 needs 6.5 GiB in all. The recomputation adds
+# 30.75); with it and the splash kernel, v5e-8 needs 7.2 GiB in all. The recomputation adds
 # about 3% to the step's matmuls.
 # No dropout on the attention probabilities (as ModernBERT and MosaicBERT train): the splash
 # attention kernel (model.attention_implementation=auto on a TPU) never forms them to drop.
