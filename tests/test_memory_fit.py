@@ -21,6 +21,7 @@ from bertjax.train import memory_fit
 from bertjax.train.compilation import DoesNotFit
 from bertjax.train.memory_fit import Levers
 from bertjax.train.metrics_log import read_metrics
+from bertjax.train.step_timing import TIMING_FIELDS
 from configs import tiny
 from pretrain_runs import run_child, tiny_args
 from trees import flat
@@ -168,11 +169,10 @@ def test_a_bad_train_fit_is_refused_before_the_workdir_is_created():
 # about 33 MiB as configured, 27 with remat save_dots, 22.6 with full, 18 with full and 2
 # micro-batches. With 22.5 MiB (90%: 20.25 allowed) the search takes that last setting.
 FITS_AFTER_THREE_LEVERS = {"train.device_memory_gb": 22.5 / 1024}
-TIMING_KEYS = ("tokens_per_sec", "steps_per_sec")
 
 
 def logged(workdir):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(workdir)]
+    return [{k: v for k, v in r.items() if k not in TIMING_FIELDS} for r in read_metrics(workdir)]
 
 
 @pytest.mark.slow

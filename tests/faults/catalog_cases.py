@@ -518,7 +518,7 @@ CASES = [
     Case("convert-output-exists", CONVERT, ("--from-hf", "{hf}", "--output", "{tmp}/out"),
          "already exists", setup=_write("out/bertjax.json", "{}\n")),
     Case("convert-another-architecture", CONVERT, ("--from-hf", "{tmp}/wd", "--output", "{new}"),
-         "RobertaForMaskedLM", setup=_copy("hf", _edit_json("config.json", _roberta))),
+         "unsupported model_type 'roberta'", setup=_copy("hf", _edit_json("config.json", _roberta))),
     Case("convert-config-not-json", CONVERT, ("--from-hf", "{tmp}/wd", "--output", "{new}"),
          "config.json", setup=_copy("hf", _garbage("config.json"))),
     Case("convert-truncated-weights", CONVERT, ("--from-hf", "{tmp}/wd", "--output", "{new}"),
