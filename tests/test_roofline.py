@@ -155,8 +155,7 @@ def test_a_kernels_matmuls_are_the_analytic_counts_excess_when_the_hlo_calls_one
                          'custom_call_target="tpu_custom_call"')
 
     def compiled(text):
-        executable = types.SimpleNamespace(as_text=lambda: text)
-        return types.SimpleNamespace(executable=executable, program=program,
+        return types.SimpleNamespace(program=hlo.analyse(text),
                                      model_flops=8 * (program.matmul_flops + 10 ** 9))
 
     assert report.kernel_matmul_flops(compiled(HLO), chips=8) == 0.0

@@ -24,6 +24,7 @@ import re
 
 from bertjax.aot import hlo_traffic
 
+KERNEL_CALL = 'custom_call_target="tpu_custom_call"'  # a Pallas (Mosaic) kernel in TPU HLO
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 _HEADER = re.compile(r"^(?:ENTRY )?%(\S+) .*\{$")
@@ -68,6 +69,7 @@ class Program:
     traffic_bytes: int     # operands + results of the ops outside fusions (an estimate)
     collectives: Collectives
     ops: list[OpBytes] = dataclasses.field(default_factory=list)  # traffic_bytes by op
+    kernel_calls: int = 0  # Pallas (Mosaic) kernels called, whose matmuls the HLO does not show
 
     @property
     def uncounted_loops(self) -> int:
@@ -291,7 +293,7 @@ def analyse(hlo: str) -> Program:
     return Program(total.flops, total.traffic,
                    Collectives({kind: total.count[kind] for kind in KINDS},
                                {kind: total.size[kind] for kind in KINDS}, total.uncounted),
-                   sorted(ops, key=lambda o: -o.bytes))
+                   sorted(ops, key=lambda o: -o.bytes), hlo.count(KERNEL_CALL))
 
 def collectives(hlo: str) -> Collectives:
     """The collectives of a compiled module's text, per step (see `analyse`)."""

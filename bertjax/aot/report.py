@@ -24,7 +24,6 @@ from bertjax.aot.topology import Slice
 from bertjax.train.compilation import memory_report
 
 GIB = 2.0 ** 30
-_KERNEL_CALL = 'custom_call_target="tpu_custom_call"'  # a Pallas (Mosaic) kernel in TPU HLO
 
 
 def phase_report(c: Compiled, slice_: Slice, chips: int, batch: int,
@@ -80,7 +79,7 @@ def kernel_matmul_flops(c: Compiled, chips: int) -> float:
     """The matmul FLOPs a chip's Pallas kernels do (the splash attention's), which the HLO does
     not show (they run inside a custom call): the analytic count's excess over the HLO's, when
     the program calls a kernel. Taken at the chip's peak, after the other ops."""
-    if _KERNEL_CALL not in c.executable.as_text():
+    if not c.program.kernel_calls:
         return 0.0
     return max(0.0, c.model_flops / chips - c.program.matmul_flops)
 
