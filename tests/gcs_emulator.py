@@ -17,6 +17,11 @@ default) the child wraps the object handlers so `ifGenerationMatch` / `ifGenerat
 parameters of the JSON API, which is what gcsfs, google-cloud-storage and tensorstore use) are
 honoured as GCS does, 412 with reason "conditionNotMet". The server handles one request at a time,
 so the check and the write are atomic, as on GCS.
+
+Faults at an exact point. The server counts the storage requests it takes; `fault_after(n,
+kind, record)` makes it stop answering (SIGSTOP) or die (SIGKILL) just before it would answer
+the n+1-th from then on, first writing to `record` the time and the md5 of every object it
+holds: what a killed server held is known even though its memory is gone.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import uuid
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 15.0
+FAULTS = "/_faults"  # the fault injector's own requests (not counted, never faulted)
 
 
 def emulator_env(host: str) -> dict[str, str]:
@@ -214,6 +220,25 @@ class GcsEmulator:
     def wipe(self) -> None:
         self._request("GET", "/wipe")
 
+    # -- faults at an exact request (see _inject_faults) ----------------------------------------
+
+    def requests_answered(self) -> int:
+        """How many storage requests the server has taken since it started."""
+        return json.loads(self._request("GET", f"{FAULTS}/requests")[1])["requests"]
+
+    def object_md5s(self) -> dict[str, str]:
+        """{"bucket/name": md5Hash} of every object held."""
+        return json.loads(self._request("GET", f"{FAULTS}/md5s")[1])
+
+    def fault_after(self, requests: int, kind: str, record: str) -> None:
+        """Arms a fault: the server takes `requests` more requests, then, before answering the
+        next, writes `record` (the time and every object's md5, as object_md5s) and stops
+        answering ("stop": SIGSTOP, resume() answers it) or dies ("kill": SIGKILL)."""
+        status, content = self._request(
+            "POST", f"{FAULTS}/arm?after={requests}&kind={kind}&record={record}")
+        if status != 200:
+            raise RuntimeError(f"arming a fault: HTTP {status} {content[:300]!r}")
+
 
 # ------------------------------------------------------------------------------------------------
 # The child process.
@@ -304,10 +329,69 @@ def _send_generations() -> None:
         for regex, handlers in srv.HANDLERS)
 
 
+def _inject_faults() -> None:
+    """Counts the storage requests and, once armed (GcsEmulator.fault_after), stops or dies
+    before answering a chosen one: a fault at an exactly known point of a client's work."""
+    import threading
+    import urllib.parse
+
+    from gcp_storage_emulator import server as srv
+
+    state = {"count": 0, "fault_at": None, "kind": "", "record": ""}
+    lock = threading.Lock()
+
+    def md5s(storage) -> dict:
+        return {f"{bucket}/{name}": obj.get("md5Hash", "")
+                for bucket, objects in storage.objects.items() for name, obj in objects.items()}
+
+    def control(handler) -> None:
+        url = urllib.parse.urlparse(handler.path)
+        query = {k: v[0] for k, v in urllib.parse.parse_qs(url.query).items()}
+        if url.path == f"{FAULTS}/arm":
+            with lock:
+                state.update(fault_at=state["count"] + int(query["after"]) + 1,
+                             kind=query["kind"], record=query["record"])
+            answer = {"armed": state["fault_at"]}
+        elif url.path == f"{FAULTS}/md5s":
+            answer = md5s(handler.storage)
+        else:
+            answer = {"requests": state["count"]}
+        body = json.dumps(answer).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def fault(handler) -> None:
+        with open(state["record"] + ".tmp", "w") as f:
+            json.dump({"time": time.time(), "request": f"{handler.command} {handler.path}",
+                       "md5s": md5s(handler.storage)}, f)
+        os.rename(state["record"] + ".tmp", state["record"])
+        state["fault_at"] = None  # a stopped server, resumed, answers as before
+        os.kill(os.getpid(), signal.SIGSTOP if state["kind"] == "stop" else signal.SIGKILL)
+
+    def counted(method):
+        def handle(handler):
+            if handler.path.startswith(FAULTS + "/"):
+                return control(handler)
+            with lock:
+                state["count"] += 1
+                due = state["fault_at"] is not None and state["count"] >= state["fault_at"]
+            if due:
+                fault(handler)
+            return method(handler)
+        return handle
+
+    for name in ("do_GET", "do_POST", "do_PUT", "do_DELETE", "do_PATCH"):
+        setattr(srv.RequestHandler, name, counted(getattr(srv.RequestHandler, name)))
+
+
 def _serve(preconditions: bool) -> None:
     import logging
 
     logging.basicConfig(level=logging.CRITICAL)
+    _inject_faults()
     _send_generations()
     if preconditions:
         _honour_preconditions()

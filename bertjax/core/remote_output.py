@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from typing import IO, Iterable, Iterator
 
-from bertjax.core import storage, transfer
+from bertjax.core import storage, storage_deadline, transfer
 from bertjax.core.errors import UserError
 from bertjax.core.packaged import cache_dir
 
@@ -103,10 +103,20 @@ def _publish(local: str, target: str, path: str, *, overwrite: bool, kind) -> No
                             f"{kind.name}: choose another output")
     old = set(transfer.remote_files(target)) if overwrite and kind.directory else set()
     records = _records(local)
-    uploaded = transfer.upload_tree(local, target, last=records)
+    with storage_deadline.unfinished(_partly_uploaded(path, target, old)):
+        uploaded = transfer.upload_tree(local, target, last=records)
     stale = old - set(uploaded)
     for name in sorted(stale):
         storage.remove(storage.join(target, name))
+
+
+def _partly_uploaded(path: str, target: str, old: set) -> str:
+    """What an upload ended midway leaves, for the line that ends the command."""
+    if old:
+        return (f"{path} is partly replaced (the old output's objects and some new ones): "
+                "run the command again with --overwrite")
+    return (f"{path} is partly uploaded, without its record (nothing reads it as an output): "
+            f"remove it (gcloud storage rm -r {target}) or run the command again with --overwrite")
 
 
 def _records(local: str) -> list[str]:

@@ -15,7 +15,8 @@ reader sees an old object or the new one, never half of one. Directories are pre
 
 Errors from the backend (a bucket that does not exist, no credentials, a server that stops
 answering) become one-line UserErrors naming the URL, in seconds: every request is bounded by
-BERTJAX_STORAGE_TIMEOUT seconds (default 30) and the backend's few retries.
+BERTJAX_STORAGE_TIMEOUT seconds (default 30) and the backend's few retries, and in a command
+every call as a whole, retries included (storage_deadline.py).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 import fsspec  # noqa: E402 (after the setting above)
 import fsspec.exceptions  # noqa: E402
 
-from bertjax.core import extras  # noqa: E402
+from bertjax.core import extras, storage_deadline  # noqa: E402
 from bertjax.core.atomic_files import replacing  # noqa: E402
 from bertjax.core.errors import UserError  # noqa: E402
 
@@ -170,9 +171,11 @@ def _check_google_credentials() -> None:
 
 @contextlib.contextmanager
 def reported(url: str, doing: str) -> Iterator[None]:
-    """The backend's errors while `doing` something with `url`, as one line (UserError)."""
+    """The backend's errors while `doing` something with `url`, as one line (UserError); in a
+    command, the whole of it bounded (storage_deadline)."""
     try:
-        yield
+        with storage_deadline.bounded(url, doing):
+            yield
     except UserError:
         raise
     except FileNotFoundError as e:
@@ -181,11 +184,12 @@ def reported(url: str, doing: str) -> Iterator[None]:
         raise UserError(f"cannot {doing} {url}: access denied ({_first_line(e)}); check the "
                         "credentials (gcloud auth application-default login)") from None
     except (TimeoutError, asyncio.TimeoutError, fsspec.exceptions.FSTimeoutError):
-        if is_url(url):
-            _UNANSWERING.add(bucket(url))
+        mark_unanswering(url)
         raise UserError(f"cannot {doing} {url}: the storage server did not answer within "
                         f"{timeout_seconds():.0f}s (BERTJAX_STORAGE_TIMEOUT)") from None
     except (ConnectionError, OSError) as e:
+        if isinstance(e, ConnectionError):
+            mark_unanswering(url)
         raise UserError(f"cannot {doing} {url}: {_first_line(e)}") from None
     except Exception as e:  # the backends' own error classes (HttpError, auth errors, aiohttp)
         if _is_credentials_error(e):
@@ -197,6 +201,17 @@ def reported(url: str, doing: str) -> Iterator[None]:
             raise UserError(f"cannot {doing} {url}: {type(e).__name__}: "
                             f"{_first_line(e) or 'no answer from the storage server'}") from None
         raise
+
+
+def mark_unanswering(url: str) -> None:
+    """A request to the bucket of `url` failed for want of an answer (see answered_so_far)."""
+    if is_url(url):
+        _UNANSWERING.add(bucket(url))
+
+
+def any_unanswering() -> bool:
+    """Whether a bucket of this process has stopped answering."""
+    return bool(_UNANSWERING)
 
 
 def answered_so_far(url: str) -> bool:

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from typing import Callable, Iterable
 
-from bertjax.core import storage
+from bertjax.core import storage, storage_deadline
 from bertjax.core.errors import UserError
 from bertjax.core.packaged import cache_dir
 
@@ -59,6 +59,7 @@ def get_checked(fs, source: str, local: str, entry: dict) -> None:
     """Downloads one object, and again once when its bytes do not match the store's digest (or
     size); a second mismatch is an error, never a silently damaged copy."""
     for _ in range(2):
+        storage_deadline.progress(entry["size"])
         fs.get_file(source, local)
         if _matches(local, entry):
             return
@@ -148,6 +149,7 @@ def upload_tree(local: str, url: str, *, last: Iterable[str] = (),
     with storage.reported(url, "write"):
         for relative in ordered:
             source = os.path.join(local, relative) if relative else local
+            storage_deadline.progress(os.path.getsize(source))
             fs.put_file(source, posixpath.join(inner, relative) if relative else inner)
     return ordered
 

@@ -16,7 +16,7 @@ from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import partitioning
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.parallel import distributed
-from bertjax.train import loop, step_timing, time_budget, warm_start
+from bertjax.train import checkpoint_deadlines, loop, step_timing, time_budget, warm_start
 from bertjax.train.checkpoint import Checkpointer
 from bertjax.train.logging_hook import LoggingHook, window_summary
 from bertjax.train.metrics_log import MetricsWriter, NonFiniteLossError, truncate_after
@@ -236,11 +236,8 @@ class PretrainRun:
         except UserError as e:
             if not self.run_dir.remote:
                 raise
-            saved = self.checkpointer.latest_step()
-            raise UserError(f"{e}; checkpoint {step} was not saved, "
-                            + (f"checkpoint {saved} stays restorable: run the same command "
-                               "again once the storage answers" if saved else
-                               "and none was before")) from None
+            raise UserError(f"{e}; " + checkpoint_deadlines.unsaved(
+                step, self.checkpointer.directory, self.checkpointer.latest_step())) from None
 
 
 def filled_masks(workdir: str, examples: str) -> str:

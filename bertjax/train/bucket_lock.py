@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 
-from bertjax.core import storage
+from bertjax.core import storage, storage_deadline
 from bertjax.core.errors import UserError
 
 REFRESH_S = 30.0
@@ -84,8 +84,12 @@ class BucketLock:
         if self.lost:
             return
         try:
-            self.fs.call("DELETE", "b/{}/o/{}", self._bucket, self._key,
-                         ifGenerationMatch=generation)
+            with storage_deadline.unfinished(
+                    f"the lease {self.url} stays: the next run on this host takes it over at "
+                    f"once, elsewhere after {self.stale_s:.0f}s"), \
+                    storage_deadline.bounded(self.url, "release the lock"):
+                self.fs.call("DELETE", "b/{}/o/{}", self._bucket, self._key,
+                             ifGenerationMatch=generation)
         except Exception as e:  # an unreleased lease goes stale: the next run takes it over
             if not quiet:
                 print(f"bertjax: could not release the lock {self.url} ({type(e).__name__}); the "
@@ -159,7 +163,8 @@ class BucketLock:
     def _refresh_loop(self) -> None:
         while not self._stop.wait(self.refresh_s):
             try:
-                self._write(if_generation=self._generation or "0")
+                with storage_deadline.bounded(self.url, "refresh the lock"):
+                    self._write(if_generation=self._generation or "0")
             except FileExistsError:
                 self.lost = True
                 print(f"bertjax: lost the lock of {self.workdir} to another run; this run's "

@@ -30,6 +30,7 @@ from jax.experimental import multihost_utils
 from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.train import checkpoint_faults as faults
+from bertjax.train.checkpoint_deadlines import CheckpointDeadlines, storage_fault, tree_bytes
 from bertjax.train.checkpoint_faults import CheckpointWriteError  # noqa: F401 (re-exported)
 from bertjax.train.metrics_log import NonFiniteLossError
 from bertjax.train.orbax_arrays import split_only_large_arrays
@@ -71,6 +72,7 @@ class Checkpointer:
         faults.quiet_orbax_errors()
         split_only_large_arrays()
         self.directory = checkpoint_dir(workdir)
+        self._deadlines = CheckpointDeadlines(self.directory)
         self.read_only = read_only
         self._keep = keep or None  # 0 and None keep them all
         # Steps below this have produced a finite loss from their parameters (see save()).
@@ -89,8 +91,9 @@ class Checkpointer:
         self._failure: CheckpointWriteError | None = None
         self._skipped: set[int] = set()  # unreadable steps a read-only checkpointer passes over
         try:
-            self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers,
-                                                  options=options)
+            with self._deadlines.call("open the checkpoints in"):
+                self._manager = ocp.CheckpointManager(self.directory, item_handlers=handlers,
+                                                      options=options)
         except OSError as e:
             raise UserError(f"cannot open the checkpoints in {self.directory}: "
                             f"{faults.short_reason(e)}") from None
@@ -100,7 +103,9 @@ class Checkpointer:
         return max(steps) if steps else None
 
     def all_steps(self) -> list[int]:
-        return [s for s in self._manager.all_steps() if s not in self._skipped]
+        with self._deadlines.call("list the checkpoints in"):
+            steps = self._manager.all_steps()
+        return [s for s in steps if s not in self._skipped]
 
     def save(self, step: int, state: Any, data_state: dict, *, metrics: dict | None = None
              ) -> bool:
@@ -118,17 +123,18 @@ class Checkpointer:
             raise self._failure
         loss = (metrics or {}).get("loss")
         self._refuse_non_finite(step, state, loss)
-        with self._write_errors():
-            self._manager.wait_until_finished()  # a failure of the previous save surfaces here
+        self.wait()  # a failure of the previous save surfaces here
         if loss is not None:
             self._proven_below = max(self._proven_below, step)
-        if step in self._manager.all_steps():
+        if step in self.all_steps():
             return False
         self._saving_step = step
-        with self._write_errors():
+        restorable, nbytes = self.latest_step(), tree_bytes(state)
+        with self._write_errors(), self._deadlines.call(f"write checkpoint {step} to", nbytes):
             started = self._manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)),
                 force=True)
+        self._deadlines.saving(step, nbytes, self._manager.is_saving_in_progress, restorable)
         self._apply_retention()
         return started
 
@@ -137,7 +143,7 @@ class Checkpointer:
             return
         proven = sorted(s for s in self.all_steps() if s < self._proven_below)
         for step in proven[:-self._keep]:
-            self._manager.delete(step)
+            self.delete(step)
 
     def set_aside_diverged(self, first_bad: int | None) -> str:
         """Renames checkpoints from step `first_bad` on to `<step>.diverged` (their parameters led to
@@ -156,7 +162,8 @@ class Checkpointer:
 
     def delete(self, step: int) -> None:
         """Removes a saved step (fine-tuning keeps only its best and its latest checkpoint)."""
-        self._manager.delete(step)
+        with self._deadlines.call(f"delete checkpoint {step} from"):
+            self._manager.delete(step)
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """The state at `step`, laid out as `abstract_state` says (ShapeDtypeStructs with shardings)."""
@@ -205,8 +212,11 @@ class Checkpointer:
         if self._failure is None:
             with self._write_errors():
                 self._manager.wait_until_finished()
+            self._deadlines.saved()
 
     def close(self) -> None:
+        if self._deadlines.remote and not storage.answered_so_far(self.directory):
+            return  # its writes would each wait out the timeout; the failure is reported
         if self._failure is not None:
             # Already reported; Orbax re-raises the same failure from every later wait.
             with contextlib.suppress(Exception):
@@ -214,6 +224,7 @@ class Checkpointer:
             return
         with self._write_errors():
             self._manager.close()
+        self._deadlines.saved()
 
     def __enter__(self) -> "Checkpointer":
         return self
@@ -238,6 +249,8 @@ class Checkpointer:
             if reason is None or self._saving_step is None:
                 raise
             step = self._saving_step
+            if self._deadlines.remote and "storage server" in reason:
+                storage.mark_unanswering(self.directory)
             if jax.process_index() == 0:
                 faults.remove_partial_save(self.directory, step)
             with contextlib.suppress(Exception):
@@ -249,10 +262,12 @@ class Checkpointer:
     def _state_metadata(self, step: int) -> Any:
         """The saved state's tree of array metadata; _Unreadable when it does not read."""
         try:
-            saved = self._manager.item_metadata(step)["state"]
+            with self._deadlines.call(f"read checkpoint {step} from"):
+                saved = self._manager.item_metadata(step)["state"]
         except KeyError:
             raise _Unreadable("its state item is missing") from None
         except Exception as e:
+            self._refuse_storage_fault(step, e)
             raise _Unreadable(f"metadata: {faults.short_reason(e)}") from None
         if saved is None:
             raise _Unreadable("metadata: state/_METADATA is missing")
@@ -262,15 +277,26 @@ class Checkpointer:
         """Restores `step`; raises _Unreadable for damage and UserError for another model."""
         faults.check_compatible(self._state_metadata(step), abstract_state, self.directory)
         try:
-            restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()))
+            with self._deadlines.call(f"read checkpoint {step} from", tree_bytes(abstract_state)):
+                restored = self._manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state),
+                    data=ocp.args.JsonRestore()))
         except (UserError, MemoryError):
             raise
         except Exception as e:
             if "RESOURCE_EXHAUSTED: Out of memory" in str(e):  # the device's fault, not the file's
                 raise
+            self._refuse_storage_fault(step, e)
             raise _Unreadable(faults.short_reason(e)) from None
         return restored["state"], dict(restored["data"] or {})
+
+    def _refuse_storage_fault(self, step: int, error: Exception) -> None:
+        reason = storage_fault(error) if self._deadlines.remote else None
+        if reason:
+            storage.mark_unanswering(self.directory)
+            raise UserError(f"cannot read checkpoint {step} from {self.directory}: {reason}; "
+                            "nothing was set aside: run the same command again once the "
+                            "storage answers") from None
 
     def _move_aside(self, step: int, reason: str, suffix: str = faults.UNREADABLE_SUFFIX) -> None:
         if self.read_only:
@@ -283,7 +309,8 @@ class Checkpointer:
                 raise UserError(f"checkpoint {step} in {self.directory} is {reason} "
                                 f"and cannot be renamed aside: {e.strerror}") from None
         _sync_processes(f"bertjax_checkpoint_set_aside_{step}")
-        self._manager.reload()
+        with self._deadlines.call("list the checkpoints in"):
+            self._manager.reload()
 
     def _report_fallbacks(self, failures: list[tuple[int, str]], step: int) -> None:
         if jax.process_index() != 0:
