@@ -27,10 +27,8 @@ from bertjax.core.packaged import cache_dir
 
 
 def check_target(path: str, *, overwrite: bool, kind, sources: Iterable[str | None]) -> str:
+    storage.check_output_url(path, f"a {kind.name}")
     target = storage.absolute(path)
-    if storage.absolute(storage.bucket(target)) == target:
-        raise UserError(f"cannot write {path}: a bucket's root is no place for an output; name "
-                        f"one inside it, e.g. {storage.bucket(target)}/NAME")
     for source in sources:
         if source and storage.is_url(source):
             source = storage.absolute(source)
@@ -42,9 +40,6 @@ def check_target(path: str, *, overwrite: bool, kind, sources: Iterable[str | No
                                 f"{source}; choose another output")
     if storage.exists(target):
         _refuse_existing(target, path, overwrite=overwrite, kind=kind)
-    elif not storage.isdir(storage.bucket(target)):
-        raise UserError(f"cannot write {path}: the bucket {storage.bucket(target)} does not "
-                        "exist")
     return target
 
 

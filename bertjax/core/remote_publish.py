@@ -23,6 +23,7 @@ import shutil
 import time
 
 from bertjax.core import storage, termination
+from bertjax.core.errors import UserError
 
 UNFINISHED = ".bertjax-unfinished"
 
@@ -60,26 +61,33 @@ class Upload:
         self.marked = False
 
     def run(self, records: list[str]) -> list[str]:
-        """Uploads everything, records last; returns the relative paths uploaded."""
+        """Uploads everything, records last; returns the relative paths uploaded. A storage
+        error on the way is its one line, with what became of the objects (as for SIGTERM)."""
         with termination.deferred_sigterm() as pending:
             self.pending = pending
-            if os.path.isfile(self.local):
-                self._put(self.local, "")
-                self._stop_if_asked()
-                return [""]
-            files = sorted(os.path.relpath(os.path.join(root, name), self.local)
-                           for root, _, names in os.walk(self.local) for name in names)
-            self._mark()
-            for name in sorted(n for n in self.old if n.endswith(".json")):
-                self._remove(name)
-            for name in [f for f in files if f not in records] + records:
-                self._put(os.path.join(self.local, name), name)
-            for name in sorted(set(self.old) - set(files) - set(self.removed)):
-                self._remove(name)
+            try:
+                return self._upload(records)
+            except UserError as e:
+                raise UserError(f"{e}; {self._undone()}") from None
+
+    def _upload(self, records: list[str]) -> list[str]:
+        if os.path.isfile(self.local):
+            self._put(self.local, "")
             self._stop_if_asked()
-            with storage.reported(self.target, "write"):
-                self.fs.rm_file(self._inner(UNFINISHED))
-            return files
+            return [""]
+        files = sorted(os.path.relpath(os.path.join(root, name), self.local)
+                       for root, _, names in os.walk(self.local) for name in names)
+        self._mark()
+        for name in sorted(n for n in self.old if n.endswith(".json")):
+            self._remove(name)
+        for name in [f for f in files if f not in records] + records:
+            self._put(os.path.join(self.local, name), name)
+        for name in sorted(set(self.old) - set(files) - set(self.removed)):
+            self._remove(name)
+        self._stop_if_asked()
+        with storage.reported(self.target, "write"):
+            self.fs.rm_file(self._inner(UNFINISHED))
+        return files
 
     def _inner(self, name: str) -> str:
         return f"{self.inner.rstrip('/')}/{name}" if name else self.inner

@@ -6,7 +6,8 @@ object's md5 unchanged where nothing older may change, and a rerun that succeeds
 The command runs in a child process that signals itself at an exact point (as
 tests/pretrain_runs.py CHILD does): SIGTERM_IN="module:attribute" sends SIGTERM as that function
 is called; SIGTERM_AFTER_PUTS=k sends it once the k-th object of the output is uploaded, and
-STOP_PID=P first SIGSTOPs process P (the storage server: the removal cannot be done)."""
+STOP_PID=P first SIGSTOPs process P (the storage server: the removal cannot be done);
+SIGTERM_AFTER_TREE_OBJECTS=k once transfer.upload_tree (a prepared corpus) uploaded k objects."""
 
 import subprocess
 import sys
@@ -14,13 +15,11 @@ import textwrap
 import time
 
 import pytest
-import torch
-from transformers import BertConfig, BertForPreTraining
 
 from bertjax.core import remote_publish, storage, transfer
 from bertjax.inference import loading
 from cli_in_process import run as run_in_process
-from hf_reference import randomize, save_hf_dir
+from faults.tiny_hf import tiny_hf_dir
 from pretrain_runs import REPO, child_env
 
 pytestmark = pytest.mark.gcs
@@ -55,6 +54,17 @@ CHILD = textwrap.dedent("""
                     os.kill(int(os.environ["STOP_PID"]), signal.SIGSTOP)
                 os.kill(os.getpid(), signal.SIGTERM)
         remote_publish.put_object = put_then_signal
+    tree_objects = os.environ.get("SIGTERM_AFTER_TREE_OBJECTS")
+    if tree_objects:  # transfer.upload_tree (a prepared corpus): once that many are uploaded
+        from bertjax.core import transfer
+        upload = transfer.upload_tree
+        def upload_signalling(*args, before_each=lambda uploaded: None, **kwargs):
+            def signalled(uploaded):
+                if len(uploaded) == int(tree_objects):
+                    os.kill(os.getpid(), signal.SIGTERM)
+                before_each(uploaded)
+            return upload(*args, before_each=signalled, **kwargs)
+        transfer.upload_tree = upload_signalling
     command = importlib.import_module(sys.argv[1])
     sys.exit(command.main(sys.argv[2:]))
 """)
@@ -86,13 +96,7 @@ def _objects(url: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def hf_dir(tmp_path_factory, bert_vocab_path) -> str:
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_attention_heads=2,
-                        intermediate_size=48, num_hidden_layers=2, max_position_embeddings=64,
-                        attn_implementation="eager")
-    torch.manual_seed(0)
-    model = BertForPreTraining(config).eval()
-    randomize(model, seed=1)
-    return save_hf_dir(tmp_path_factory.mktemp("hf") / "hf", model, bert_vocab_path)
+    return tiny_hf_dir(tmp_path_factory.mktemp("hf") / "hf", bert_vocab_path)
 
 
 @pytest.fixture
@@ -203,3 +207,42 @@ def test_embed_stopped_while_embedding_or_uploading_leaves_nothing(hf_dir, bucke
     done = run_in_process("embed", *embed[1:])
     assert done.returncode == 0, done.stderr
     assert set(_objects(bucket)) == set(before) | {"vectors.npy"}
+
+
+def test_prepare_stopped_while_uploading_its_corpus_says_so_and_the_rerun_completes_it(
+        bucket, tmp_path, bert_vocab_path):
+    """A prepared corpus is not a staged output: its working copy on this host is kept (a
+    preparation resumes), and what was uploaded without the manifest is completed by the rerun."""
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sat on the mat.\nIt was warm.\n\nA dog ran by the river.\n")
+    output = f"{bucket}/prepared"
+    prepare = ("bertjax.cli.prepare", "--input", str(text), "--output", output, "--vocab",
+               bert_vocab_path, "--workers", "1", "--no-progress")
+    stopped = _child(*prepare, SIGTERM_AFTER_TREE_OBJECTS=2)
+    _terminated(stopped, f"uploading the prepared corpus to {output}: 2 of its objects are there "
+                "without its manifest.json", "the same command again completes the upload")
+    assert len(_objects(output)) == 2 and "manifest.json" not in _objects(output)
+    done = run_in_process("data.prepare", *prepare[1:])
+    assert done.returncode == 0, done.stderr
+    assert "manifest.json" in _objects(output) and len(_objects(output)) > 2
+
+
+def test_a_storage_error_midway_is_one_line_saying_what_became_of_the_upload(
+        hf_dir, bucket, monkeypatch):
+    before = _objects(bucket)
+    put, calls = remote_publish.put_object, []
+
+    def put_then_fail(*args):
+        calls.append(args)
+        if len(calls) == 3:
+            raise ConnectionResetError("connection reset by peer")
+        put(*args)
+
+    monkeypatch.setattr(remote_publish, "put_object", put_then_fail)
+    output = f"{bucket}/converted"
+    done = run_in_process("convert", "--from-hf", hf_dir, "--output", output)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"bertjax: error: cannot write {output}: connection reset")
+    assert "the 2 object(s) already uploaded were removed and nothing older was changed" in \
+        done.stderr
+    assert _objects(bucket) == before
