@@ -26,7 +26,7 @@ import tempfile
 from typing import Callable, Iterable
 
 from bertjax.core import storage
-from bertjax.core.errors import UserError
+from bertjax.core.errors import UserError, name_copy
 from bertjax.core.packaged import cache_dir
 
 STATE_FILE = ".bertjax-remote.json"  # what a local copy was copied from (sizes, generations)
@@ -94,6 +94,7 @@ def local_copy(url: str, *, skip: Callable[[str], bool] = lambda relative: False
     with _locked(home):
         if _recorded(target) != files:
             _fetch(url, files, target, home)
+    name_copy(target, url)
     return target
 
 

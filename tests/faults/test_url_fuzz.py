@@ -211,3 +211,15 @@ def test_a_hostile_url_is_refused_in_one_line_naming_it(row, inputs, gcs_bucket,
             failures.append(f"{url[:60]!r}: {', '.join(problems)}\n    "
                             f"{done.stderr.strip()[-400:]}")
     assert not failures, f"{name}:\n" + "\n".join(failures)
+
+
+def test_an_input_on_a_bucket_that_is_not_what_was_asked_is_named_by_its_url(inputs, gcs_bucket,
+                                                                              tmp_path):
+    """Inputs named by URL are read through local copies: the refusal names the URL given."""
+    url = f"gs://{gcs_bucket}/notes"
+    storage.write_bytes(f"{url}/notes.txt", b"not a vocabulary")
+    done = cli_in_process.run("export", "--workdir", inputs["model"], "--format", "params",
+                              "--output", str(tmp_path / "out"), "--tokenizer", url)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"bertjax: error: {url} holds no tokenizer"), done.stderr
+    assert not os.path.exists(tmp_path / "out")
