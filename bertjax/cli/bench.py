@@ -16,6 +16,7 @@ in the machine's load during the run falls on both alike.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -31,7 +32,7 @@ from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
 from bertjax.bench.torch_peer import TorchStep, check_objective, peer_libraries
 from bertjax.cli import entry
 from bertjax.cli.config_flags import parse_config
-from bertjax.core import atomic_files
+from bertjax.core import output_dir, storage
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, report
 from bertjax.settings import FinetuneSettings, PretrainSettings
 from bertjax.settings import pretrain as pretrain_settings
@@ -100,12 +101,33 @@ def read_settings(task: str, config) -> PretrainSettings | FinetuneSettings:
     return pretrain_settings.read(config)
 
 
+def _is_report(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and ("tokens_per_s" in found or "epochs" in found)
+
+
+# What --json writes, and so the only file it replaces (a report of an earlier benchmark).
+REPORT = output_dir.Kind("bertjax.bench report", directory=False, holds=_is_report)
+
+
 def _check_output(path: str) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise UserError(f"--json {path} is a directory; give a file name")
-    if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
-        raise UserError(f"--json {path}: directory {directory} does not exist or is not writable")
+    if not storage.is_url(path):
+        directory = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise UserError(f"--json {path} is a directory; give a file name")
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise UserError(f"--json {path}: directory {directory} does not exist or is not "
+                            "writable")
+    output_dir.check_target(path, overwrite=True, kind=REPORT)
+
+
+def _write_report(path: str, result: dict) -> None:
+    with output_dir.staged_file(path, overwrite=True, kind=REPORT, mode="w") as f:
+        f.write(json.dumps(result, indent=2) + "\n")
 
 
 def default_predictions(s: PretrainSettings, seq_len: int) -> int:
@@ -268,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     described = finetune_epoch.describe if options.task == "finetune" else describe
     print(described(result), flush=True)
     if options.json:
-        atomic_files.write_json(options.json, result)
+        try:
+            _write_report(options.json, result)
+        except UserError as e:
+            report(str(e))
+            return EXIT_BAD_INPUT
     return 0
 
 

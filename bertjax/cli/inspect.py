@@ -18,10 +18,11 @@ from absl import flags
 
 from bertjax.cli import entry
 from bertjax.cli.config_flags import parse_config
+from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.data.batch_report import (batch_statistics, check_dump_target, describe_batch,
                                        format_statistics, write_dump)
-from bertjax.jobs import pretraining_data
+from bertjax.jobs import pretraining_data, remote_inputs
 from bertjax.settings import pretrain
 
 USAGE = ("python -m bertjax.data.inspect --config=configs/base.py --workdir=DIR [--batches 4] "
@@ -63,7 +64,15 @@ def _parse(argv: list[str]):
 @entry.command
 def main(argv: list[str] | None = None) -> None:
     s, flag_values = _parse(list(sys.argv if argv is None else argv))
-    prepared = pretraining_data.prepared_corpus(s, flag_values.workdir or "", None)
+    workdir = flag_values.workdir or ""
+    if storage.is_url(workdir) and not s.data.prepared:  # as a run on that workdir reads it
+        storage.check_output_url(workdir, "a workdir")
+        s = dataclasses.replace(s, data=dataclasses.replace(
+            s.data, prepared=storage.join(storage.absolute(workdir), "data")))
+    inputs = remote_inputs.localized(s)  # a corpus on a bucket, read through a local copy
+    prepared = pretraining_data.prepared_corpus(inputs.settings, workdir, None)
+    remote_inputs.upload_prepared(inputs)
+    s = inputs.settings
     data, tokenizer = pretraining_data.batches(s, prepared), prepared.tokenizer
     with data.train_iterator(flag_values.step) as batches_from:
         batches = [next(batches_from) for _ in range(flag_values.batches)]

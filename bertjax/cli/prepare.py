@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     inputs = transfer.local_inputs(spec.strip() for spec in args.input.split(",") if spec.strip())
     target = args.output
     if storage.is_url(target):  # prepared on this host, then uploaded (the manifest last)
+        storage.check_output_url(target, "a prepared corpus")
         args.output = (transfer.local_copy(target) if storage.exists(
             storage.join(target, corpus.MANIFEST)) else transfer.working_copy(target))
     # Before a vocabulary is trained: an output prepared otherwise must not silently win.

@@ -44,9 +44,20 @@ def check_int(name: str, value, minimum: int, why: str = "") -> None:
                         f", got {value!r}")
 
 
+# Local copies of inputs named by URL (core/transfer.py), and those URLs: a refusal found by a
+# reader of the copy names what the user gave, not the cache.
+_COPIES: dict[str, str] = {}
+
+
+def name_copy(local: str, original: str) -> None:
+    _COPIES[local] = original
+
+
 def report(message: str, program: str = "bertjax") -> None:
     # Keep it to one line so scripts can grep it.
     line = " ".join(str(message).split())
+    for local in sorted(_COPIES, key=len, reverse=True):  # a copy inside another's: its own URL
+        line = line.replace(local, _COPIES[local])
     print(f"{program}: error: {line}", file=sys.stderr, flush=True)
 
 

@@ -24,14 +24,11 @@ import dataclasses
 import errno
 import os
 import shutil
-import signal
-import sys
 import tempfile
-import threading
 from typing import IO, Callable, Iterable, Iterator
 
-from bertjax.core import remote_output, storage
-from bertjax.core.errors import EXIT_TERMINATED, UserError
+from bertjax.core import remote_output, storage, termination
+from bertjax.core.errors import UserError
 from bertjax.core.file_modes import current_umask, publish
 from bertjax.core.no_replace import rename_no_replace
 
@@ -163,28 +160,17 @@ def _remove(staging: str) -> None:
             os.unlink(staging)
 
 
-@contextlib.contextmanager
-def _sigterm_removes(staging: str) -> Iterator[None]:
+def _sigterm_removes(staging: str):
     """While an output is staged, SIGTERM removes the staging copy and ends the process with
-    EXIT_TERMINATED and one line (the default action would leave the copy behind). The handler
-    does the work itself: an exception raised from it can land in a callback (a gc hook of
-    jax's) that swallows it. Only the main thread may set a handler; elsewhere the default
-    stays. The final move is outside: SIGTERM then ends the process as usual."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    EXIT_TERMINATED and one line (bertjax.core.termination). The final move is outside: SIGTERM
+    then ends the process as usual."""
 
-    def stop(signum, frame):
+    def clean_up() -> str:
         _remove(staging)
-        print("bertjax: stopped by SIGTERM before the output was complete; the unfinished "
-              "output was removed and nothing older was changed", file=sys.stderr, flush=True)
-        os._exit(EXIT_TERMINATED)
+        return ("stopped by SIGTERM before the output was complete; the unfinished output was "
+                "removed and nothing older was changed")
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return termination.ended_by_sigterm(clean_up)
 
 
 @contextlib.contextmanager

@@ -51,14 +51,17 @@ BACKENDS = {"s3": ("s3fs", "pip install s3fs"),
             "az": ("adlfs", "pip install adlfs"),
             "abfs": ("adlfs", "pip install adlfs")}
 DEFAULT_TIMEOUT_S = 30.0
+# A bucket name by Google's rules: 3 to 222 characters, dot-separated parts of at most 63.
+_GCS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+MAX_OBJECT_NAME_BYTES = 1024
+_QUERY = re.compile(r"\?[A-Za-z_]+=")  # a lone `?` is a glob's wildcard in an input
 # Buckets whose server let a request of this process time out. A run failing because of that would
 # otherwise wait out the timeout again for each request of its clean-up (see answered_so_far).
 _UNANSWERING: set[str] = set()
 
 
 def is_url(path: object) -> bool:
-    return isinstance(path, str) and _URL.match(path) is not None and \
-        not path.startswith("file://")
+    return isinstance(path, str) and _URL.match(path) is not None
 
 
 def scheme(url: str) -> str:
@@ -95,6 +98,60 @@ def bucket(url: str) -> str:
     return f"{scheme(url)}://{name}"
 
 
+def check_url(url: str) -> None:
+    """Refuses, before any request, a URL no store could serve as given, in one line naming it:
+    a scheme bertjax has no backend for (file:// included: a local path is given as one), no
+    bucket or (gs://) an impossible bucket name, whitespace or control characters (a quoting
+    slip: they would make objects no one can name in a shell), `#` (a URL fragment) or a query
+    (`?generation=`, which the backend reads as a request parameter), `.` or `..`
+    segments (an object store keeps them literally rather than resolving them), or an object
+    name longer than a bucket allows."""
+    name = scheme(url)
+    if name == "file":
+        raise UserError(f"{url}: give the local path {url[len('file://'):]} rather than a "
+                        "file:// URL")
+    if name not in GCS_SCHEMES + tuple(BACKENDS):
+        raise UserError(f"{url}: {name}:// is not a storage scheme bertjax can use "
+                        "(gs://, s3:// or a local path)")
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise UserError(f"{url!r} contains whitespace or a control character, which bertjax "
+                        "does not accept in a URL")
+    root = bucket(url)
+    bucket_name = root[len(name) + 3:]
+    if name in GCS_SCHEMES and not (_GCS_BUCKET.match(bucket_name) and
+                                    all(len(part) <= 63 for part in bucket_name.split("."))):
+        raise UserError(f"{url}: {bucket_name!r} is not a valid bucket name (3 to 63 "
+                        "lowercase letters, digits, '-', '_' and '.', starting and ending with "
+                        "a letter or digit)")
+    key = url[len(root) + 1:]
+    if "#" in key:
+        raise UserError(f"{url}: '#' starts a URL fragment; bertjax does not accept it in a URL")
+    if _QUERY.search(key):  # gcsfs reads `x?generation=5` as object x at version 5
+        raise UserError(f"{url}: '?NAME=' would be read as a request parameter, not as part of "
+                        "the object's name; bertjax does not accept it in a URL")
+    if any(part in (".", "..") for part in key.split("/")):
+        raise UserError(f"{url}: '.' and '..' are not resolved in a bucket (an object would be "
+                        "named by them); write the path without them")
+    if len(key.encode()) > MAX_OBJECT_NAME_BYTES:
+        raise UserError(f"{url}: an object name of {len(key.encode())} bytes, more than the "
+                        f"{MAX_OBJECT_NAME_BYTES} a bucket allows")
+
+
+def check_output_url(url: str, what: str = "an output") -> None:
+    """check_url, a bucket's root refused as the place for `what` (a workdir, a prepared corpus:
+    the bucket's other objects would be taken for part of it, or replaced by it), and a bucket
+    that does not exist (one request), before any work."""
+    filesystem(url)  # check_url, and a backend that is not installed, named with `url`
+    root = bucket(url)
+    if absolute(url) == absolute(root):
+        raise UserError(f"cannot write {url}: a bucket's root is no place for {what}; name a "
+                        f"path inside it, e.g. {root}/NAME")
+    if not isdir(root):
+        create = " (create it: gcloud storage buckets create ...)" if scheme(url) in GCS_SCHEMES \
+            else ""
+        raise UserError(f"cannot write {url}: the bucket {root} does not exist{create}")
+
+
 def timeout_seconds() -> float:
     raw = os.environ.get("BERTJAX_STORAGE_TIMEOUT", "")
     if not raw:
@@ -114,7 +171,7 @@ def filesystem(url: str):
     installed is one line naming what to install, and gs:// without credentials one line
     saying how to get them."""
     name = scheme(url)
-    bucket(url)  # a URL naming no bucket is refused before any request
+    check_url(url)  # a URL no store could serve is refused before any request
     if name in GCS_SCHEMES:
         extras.require("gcsfs", "gcs", f"{url}: a {name}:// path")
         bound_gcs_requests()

@@ -26,7 +26,7 @@ import tempfile
 from typing import Callable, Iterable
 
 from bertjax.core import storage, storage_deadline
-from bertjax.core.errors import UserError
+from bertjax.core.errors import UserError, name_copy
 from bertjax.core.packaged import cache_dir
 
 STATE_FILE = ".bertjax-remote.json"  # what a local copy was copied from (sizes, generations)
@@ -95,6 +95,7 @@ def local_copy(url: str, *, skip: Callable[[str], bool] = lambda relative: False
     with _locked(home):
         if _recorded(target) != files:
             _fetch(url, files, target, home)
+    name_copy(target, url)
     return target
 
 
@@ -135,9 +136,12 @@ def _locked(directory: str):
 
 
 def upload_tree(local: str, url: str, *, last: Iterable[str] = (),
-                only: Callable[[str], bool] = lambda relative: True) -> list[str]:
+                only: Callable[[str], bool] = lambda relative: True,
+                before_each: Callable[[list[str]], None] = lambda uploaded: None) -> list[str]:
     """Uploads every file under `local` (or the file `local`) to `url`, each as a whole object;
-    the relative paths in `last` after all others. Returns the relative paths uploaded."""
+    the relative paths in `last` after all others. `before_each` is called with the relative
+    paths uploaded so far before each object (and once at the end): the place to stop between
+    two objects. Returns the relative paths uploaded."""
     if os.path.isfile(local):
         relatives = [""]
     else:
@@ -147,10 +151,12 @@ def upload_tree(local: str, url: str, *, last: Iterable[str] = (),
     ordered = [r for r in relatives if r not in set(last)] + [r for r in last if r in relatives]
     fs, inner = storage.filesystem(url)
     with storage.reported(url, "write"):
-        for relative in ordered:
+        for index, relative in enumerate(ordered):
+            before_each(ordered[:index])
             source = os.path.join(local, relative) if relative else local
             storage_deadline.progress(os.path.getsize(source))
             fs.put_file(source, posixpath.join(inner, relative) if relative else inner)
+    before_each(ordered)
     return ordered
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from bertjax.core import storage, transfer
+from bertjax.core import storage, termination, transfer
 from bertjax.data import corpus
 from bertjax.settings.pretrain import PretrainSettings
 
@@ -32,9 +32,11 @@ def localized(s: PretrainSettings) -> LocalInputs:
         changes["tokenizer"] = transfer.local_copy(d.tokenizer)
     upload_to = None
     if storage.is_url(d.prepared):
+        storage.check_url(d.prepared)  # before a path is joined to it
         if storage.exists(storage.join(d.prepared, corpus.MANIFEST)):
             changes["prepared"] = transfer.local_copy(d.prepared)
         else:
+            storage.check_output_url(d.prepared, "a prepared corpus")
             changes["prepared"] = transfer.working_copy(d.prepared)
             upload_to = storage.absolute(d.prepared)
     if not changes:
@@ -51,6 +53,21 @@ def upload_prepared(local: LocalInputs) -> None:
 
 def upload_corpus(directory: str, url: str) -> None:
     """A prepared corpus uploaded, its manifest (what marks it complete) last; the preparation's
-    own lock and staging files stay behind."""
-    transfer.upload_tree(directory, url, last=(corpus.MANIFEST,),
-                         only=lambda name: not name.startswith("."))
+    own lock and staging files stay behind. SIGTERM stops it between two objects with one line:
+    what is there without the manifest is no corpus to a reader, and the same command completes
+    it (the corpus prepared on this host stays in its working copy)."""
+    with termination.deferred_sigterm() as pending:
+        def stop_if_asked(uploaded: list[str]) -> None:
+            if pending.arrived and corpus.MANIFEST in uploaded:
+                termination.end(f"stopped by SIGTERM as its upload ended: the prepared corpus "
+                                f"at {url} is complete")
+            if pending.arrived:
+                termination.end(
+                    f"stopped by SIGTERM while uploading the prepared corpus to {url}: "
+                    f"{len(uploaded)} of its objects are there without its {corpus.MANIFEST}, "
+                    "which is no corpus to a reader; the same command again completes the "
+                    f"upload (or remove them: gsutil -m rm -r {url})")
+
+        transfer.upload_tree(directory, url, last=(corpus.MANIFEST,),
+                             only=lambda name: not name.startswith("."),
+                             before_each=stop_if_asked)

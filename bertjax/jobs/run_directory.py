@@ -170,9 +170,7 @@ def _check_bucket(url: str) -> None:
         raise UserError(f"workdir {url}: a workdir on a bucket must be on gs:// (the run lock "
                         "needs Cloud Storage's generation preconditions); other stores serve "
                         "inputs and outputs only")
-    if not storage.isdir(storage.bucket(url)):
-        raise UserError(f"workdir {url}: the bucket {storage.bucket(url)} does not exist "
-                        "(create it: gcloud storage buckets create ...)")
+    storage.check_output_url(url, "a workdir")
 
 
 def _short(value) -> str:
