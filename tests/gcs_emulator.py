@@ -17,6 +17,9 @@ default) the child wraps the object handlers so `ifGenerationMatch` / `ifGenerat
 parameters of the JSON API, which is what gcsfs, google-cloud-storage and tensorstore use) are
 honoured as GCS does, 412 with reason "conditionNotMet". The server handles one request at a time,
 so the check and the write are atomic, as on GCS.
+
+A server that lacks operations: `GcsEmulator(refuse=("rewriteTo", "moveTo", "copyTo"))` answers
+501 Not Implemented to those object routes, as some GCS-compatible stores do.
 """
 
 from __future__ import annotations
@@ -60,12 +63,15 @@ def emulator_env(host: str) -> dict[str, str]:
 class GcsEmulator:
     """One gcp-storage-emulator child process on 127.0.0.1 and a free port, storage in memory."""
 
-    def __init__(self, preconditions: bool = True, start_timeout_s: float = START_TIMEOUT_S):
+    def __init__(self, preconditions: bool = True, start_timeout_s: float = START_TIMEOUT_S,
+                 refuse: tuple[str, ...] = ()):
         self.preconditions = preconditions
         self._log = tempfile.NamedTemporaryFile(prefix="gcs_emulator_", suffix=".log", delete=False)
         cmd = [sys.executable, os.path.abspath(__file__), "--serve"]
         if preconditions:
             cmd.append("--preconditions")
+        if refuse:
+            cmd.append("--refuse=" + ",".join(refuse))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log,
                                      stdin=subprocess.DEVNULL)
         try:
@@ -304,13 +310,45 @@ def _send_generations() -> None:
         for regex, handlers in srv.HANDLERS)
 
 
-def _serve(preconditions: bool) -> None:
+def _refuse_operations(operations: list[str]) -> None:
+    """Object routes ending `/<operation>/b/...` (rewriteTo, copyTo, moveTo) answer 501 Not
+    Implemented, in a batch too: a server that lacks them. (The stock emulator has no moveTo
+    route at all, which is answered 501 already.)"""
+    from http import HTTPStatus
+
+    from gcp_storage_emulator import server as srv
+    from gcp_storage_emulator.handlers import objects
+
+    def refused(request, response, storage, *args, **kwargs):
+        response.status = HTTPStatus.NOT_IMPLEMENTED
+        response.json({"error": {"code": 501, "message": "not implemented by this server"}})
+
+    marks = tuple(f"/{operation}/" for operation in operations)
+    srv.HANDLERS = tuple(
+        (regex, {m: refused for m in handlers} if any(mark in regex for mark in marks)
+         else handlers) for regex, handlers in srv.HANDLERS)
+    plain_batch = objects.batch
+
+    def batch(request, response, storage, *args, **kwargs):
+        # A batch's items are parsed already: a copy is the one with a destination.
+        if "copyTo" in operations and any("dest_bucket_name" in item for item in request.data):
+            return refused(request, response, storage)
+        return plain_batch(request, response, storage, *args, **kwargs)
+
+    srv.HANDLERS = tuple(
+        (regex, {m: (batch if h is plain_batch else h) for m, h in handlers.items()})
+        for regex, handlers in srv.HANDLERS)
+
+
+def _serve(preconditions: bool, refuse: list[str]) -> None:
     import logging
 
     logging.basicConfig(level=logging.CRITICAL)
     _send_generations()
     if preconditions:
         _honour_preconditions()
+    if refuse:
+        _refuse_operations(refuse)
     import http.server
 
     from gcp_storage_emulator.server import create_server
@@ -338,4 +376,5 @@ def _serve(preconditions: bool) -> None:
 
 
 if __name__ == "__main__" and "--serve" in sys.argv:
-    _serve("--preconditions" in sys.argv)
+    _serve("--preconditions" in sys.argv,
+           [op for a in sys.argv if a.startswith("--refuse=") for op in a[9:].split(",")])

@@ -145,10 +145,13 @@ class Checkpointer:
         self.wait()
         condemned = [s for s in self.all_steps() if first_bad is not None and s >= first_bad]
         for step in condemned:
-            self._move_aside(step, "diverged", faults.DIVERGED_SUFFIX)
+            self._move_aside(step, "diverged", faults.DIVERGED_SUFFIX, reason="diverged")
         newest = self.latest_step()
+        as_what = (f"with a record <step>{faults.DIVERGED_SUFFIX}.json in {self.directory} (its "
+                   "objects stay until the step is saved again)"
+                   if storage.is_url(self.directory) else f"as <step>{faults.DIVERGED_SUFFIX}")
         moved = (f"checkpoint{'s' if len(condemned) > 1 else ''} "
-                 f"{', '.join(map(str, condemned))} set aside as <step>{faults.DIVERGED_SUFFIX}; "
+                 f"{', '.join(map(str, condemned))} set aside {as_what}; "
                  if condemned else "")
         kept = (f"the newest good checkpoint is step {newest}" if newest is not None
                 else "no good checkpoint has been saved")
@@ -171,7 +174,7 @@ class Checkpointer:
         Unreadable checkpoints are renamed `<step>.unreadable` (never deleted) and the next older
         one is tried; a checkpoint of another model raises UserError and nothing is moved.
         """
-        failures: list[tuple[int, str]] = []
+        failures: list[tuple[int, str, str]] = []  # step, reason, the note on where it went
         for step in sorted(self.all_steps(), reverse=True):
             reason = None
             try:
@@ -182,11 +185,14 @@ class Checkpointer:
             if reason is None:
                 self._report_fallbacks(failures, step)
                 return step, state, data
-            failures.append((step, reason))
-            self._move_aside(step, f"unreadable ({reason})")
+            where = self._move_aside(step, f"unreadable ({reason})", reason=reason)
+            failures.append((step, reason, where))
         if failures:
-            listed = "; ".join(f"checkpoint {s}: {r}" for s, r in failures)
-            raise UserError(f"no checkpoint in {self.directory} restores: {listed}")
+            listed = "; ".join(f"checkpoint {s}: {r}" for s, r, _ in failures)
+            kept = (f" (each set aside: its objects stay, {self.directory}/<step>"
+                    f"{faults.UNREADABLE_SUFFIX}.json says why)"
+                    if storage.is_url(self.directory) and not self.read_only else "")
+            raise UserError(f"no checkpoint in {self.directory} restores: {listed}{kept}")
         return None
 
     def refuse_another_model(self, abstract_state: Any) -> None:
@@ -272,26 +278,34 @@ class Checkpointer:
             raise _Unreadable(faults.short_reason(e)) from None
         return restored["state"], dict(restored["data"] or {})
 
-    def _move_aside(self, step: int, reason: str, suffix: str = faults.UNREADABLE_SUFFIX) -> None:
+    def _move_aside(self, step: int, what: str, suffix: str = faults.UNREADABLE_SUFFIX, *,
+                    reason: str) -> str:
+        """Sets `step` aside (process 0); the note a line about it adds ("" when nothing moved)."""
         if self.read_only:
             self._skipped.add(step)
-            return
+            return ""
+        note = ""
         if jax.process_index() == 0:
             try:
-                faults.set_aside(self.directory, step, suffix)
+                where = faults.set_aside(self.directory, step, suffix, reason)
             except OSError as e:
-                raise UserError(f"checkpoint {step} in {self.directory} is {reason} "
+                raise UserError(f"checkpoint {step} in {self.directory} is {what} "
                                 f"and cannot be renamed aside: {e.strerror}") from None
+            except UserError as e:  # a bucket's request refused or unanswered
+                raise UserError(f"checkpoint {step} in {self.directory} is {what} "
+                                f"and cannot be set aside: {e}") from None
+            note = faults.set_aside_note(self.directory, step, where)
         _sync_processes(f"bertjax_checkpoint_set_aside_{step}")
         self._manager.reload()
+        return note
 
-    def _report_fallbacks(self, failures: list[tuple[int, str]], step: int) -> None:
+    def _report_fallbacks(self, failures: list[tuple[int, str, str]], step: int) -> None:
         if jax.process_index() != 0:
             return
         verb = "using" if self.read_only else "resuming from"
-        for bad, reason in failures:
-            print(f"checkpoint {bad} is unreadable ({reason}); {verb} {step}", file=sys.stderr,
-                  flush=True)
+        for bad, reason, where in failures:
+            print(f"checkpoint {bad} is unreadable ({reason}); {verb} {step}{where}",
+                  file=sys.stderr, flush=True)
 
 
 def _agreed_failure(reason: str | None) -> str | None:
