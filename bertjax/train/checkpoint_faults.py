@@ -20,14 +20,13 @@ import logging
 import os
 import re
 import shutil
-import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.core import storage
+from bertjax.core import library_logs, storage
 from bertjax.core.errors import UserError
 
 COMMIT_MARKER = "commit_success.txt"  # what Orbax writes last into a step on a bucket
@@ -180,32 +179,13 @@ _installed = False
 
 
 def quiet_orbax_errors() -> None:
-    """Installs (once) the log filter and an unraisable-exception hook for Orbax's leftovers."""
+    """Installs (once) the log filter, and the hooks that drop Orbax's leftovers."""
     global _installed
     if _installed:
         return
     _installed = True
     logging.getLogger("absl").addFilter(_DropOrbaxErrors())
-    previous = sys.unraisablehook
-
-    # A failed restore leaves Orbax's other reads behind: un-awaited coroutines ("Exception
-    # ignored in: <coroutine ...>") and TensorStore completions that call back into the
-    # restore's event loop after it closed ("Event loop is closed"), each printed with a traceback.
-    def hook(unraisable):
-        late_callback = (isinstance(unraisable.exc_value, RuntimeError)
-                         and str(unraisable.exc_value) == "Event loop is closed")
-        if not (late_callback or _raised_in_orbax(unraisable.exc_traceback)):
-            previous(unraisable)
-
-    sys.unraisablehook = hook
-
-
-def _raised_in_orbax(traceback) -> bool:
-    while traceback is not None:
-        if _ORBAX_DIR in traceback.tb_frame.f_code.co_filename:
-            return True
-        traceback = traceback.tb_next
-    return False
+    library_logs.quiet_orbax_leftovers()
 
 
 def _free_bytes(directory: str) -> int | None:
