@@ -12,7 +12,8 @@ Nothing good is ever lost: a state with a NaN or an infinity is never saved; ret
 checkpoints whose parameters have since produced a finite loss (so finite-but-exploded parameters
 saved just before a divergence cannot push the last good checkpoint out), and a divergence sets the
 checkpoints it condemns aside as `<step>.diverged`; a checkpoint that no longer reads is renamed
-`<step>.unreadable` and the previous one is used; a failed write (full disk) is one line that names
+`<step>.unreadable` and the previous one is used (on a bucket a step is set aside in place, by
+a record and the deletion of its commit marker: checkpoint_faults.set_aside); a failed write (full disk) is one line that names
 the free space while the earlier checkpoints stay as they were.
 """
 
@@ -171,8 +172,8 @@ class Checkpointer:
     def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
         """(step, state, data state) of the newest checkpoint that reads, or None if there is none.
 
-        Unreadable checkpoints are renamed `<step>.unreadable` (never deleted) and the next older
-        one is tried; a checkpoint of another model raises UserError and nothing is moved.
+        Unreadable checkpoints are set aside as `<step>.unreadable` (never deleted) and the next
+        older one is tried; a checkpoint of another model raises UserError and nothing is moved.
         """
         failures: list[tuple[int, str, str]] = []  # step, reason, the note on where it went
         for step in sorted(self.all_steps(), reverse=True):
