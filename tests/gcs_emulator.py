@@ -22,6 +22,9 @@ Faults at an exact point. The server counts the storage requests it takes; `faul
 kind, record)` makes it stop answering (SIGSTOP) or die (SIGKILL) just before it would answer
 the n+1-th from then on, first writing to `record` the time and the md5 of every object it
 holds: what a killed server held is known even though its memory is gone.
+
+A server that lacks operations: `GcsEmulator(refuse=("rewriteTo", "moveTo", "copyTo"))` answers
+501 Not Implemented to those object routes, as some GCS-compatible stores do.
 """
 
 from __future__ import annotations
@@ -66,12 +69,15 @@ def emulator_env(host: str) -> dict[str, str]:
 class GcsEmulator:
     """One gcp-storage-emulator child process on 127.0.0.1 and a free port, storage in memory."""
 
-    def __init__(self, preconditions: bool = True, start_timeout_s: float = START_TIMEOUT_S):
+    def __init__(self, preconditions: bool = True, start_timeout_s: float = START_TIMEOUT_S,
+                 refuse: tuple[str, ...] = ()):
         self.preconditions = preconditions
         self._log = tempfile.NamedTemporaryFile(prefix="gcs_emulator_", suffix=".log", delete=False)
         cmd = [sys.executable, os.path.abspath(__file__), "--serve"]
         if preconditions:
             cmd.append("--preconditions")
+        if refuse:
+            cmd.append("--refuse=" + ",".join(refuse))
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log,
                                      stdin=subprocess.DEVNULL)
         try:
@@ -387,7 +393,37 @@ def _inject_faults() -> None:
         setattr(srv.RequestHandler, name, counted(getattr(srv.RequestHandler, name)))
 
 
-def _serve(preconditions: bool) -> None:
+def _refuse_operations(operations: list[str]) -> None:
+    """Object routes ending `/<operation>/b/...` (rewriteTo, copyTo, moveTo) answer 501 Not
+    Implemented, in a batch too: a server that lacks them. (The stock emulator has no moveTo
+    route at all, which is answered 501 already.)"""
+    from http import HTTPStatus
+
+    from gcp_storage_emulator import server as srv
+    from gcp_storage_emulator.handlers import objects
+
+    def refused(request, response, storage, *args, **kwargs):
+        response.status = HTTPStatus.NOT_IMPLEMENTED
+        response.json({"error": {"code": 501, "message": "not implemented by this server"}})
+
+    marks = tuple(f"/{operation}/" for operation in operations)
+    srv.HANDLERS = tuple(
+        (regex, {m: refused for m in handlers} if any(mark in regex for mark in marks)
+         else handlers) for regex, handlers in srv.HANDLERS)
+    plain_batch = objects.batch
+
+    def batch(request, response, storage, *args, **kwargs):
+        # A batch's items are parsed already: a copy is the one with a destination.
+        if "copyTo" in operations and any("dest_bucket_name" in item for item in request.data):
+            return refused(request, response, storage)
+        return plain_batch(request, response, storage, *args, **kwargs)
+
+    srv.HANDLERS = tuple(
+        (regex, {m: (batch if h is plain_batch else h) for m, h in handlers.items()})
+        for regex, handlers in srv.HANDLERS)
+
+
+def _serve(preconditions: bool, refuse: list[str]) -> None:
     import logging
 
     logging.basicConfig(level=logging.CRITICAL)
@@ -395,6 +431,8 @@ def _serve(preconditions: bool) -> None:
     _send_generations()
     if preconditions:
         _honour_preconditions()
+    if refuse:
+        _refuse_operations(refuse)
     import http.server
 
     from gcp_storage_emulator.server import create_server
@@ -422,4 +460,5 @@ def _serve(preconditions: bool) -> None:
 
 
 if __name__ == "__main__" and "--serve" in sys.argv:
-    _serve("--preconditions" in sys.argv)
+    _serve("--preconditions" in sys.argv,
+           [op for a in sys.argv if a.startswith("--refuse=") for op in a[9:].split(",")])

@@ -149,7 +149,7 @@ class FinetuneRun:
         if begun.step:
             self.record.update({k: begun.saved[k] for k in self.record if k in begun.saved})
             if self.is_main:
-                truncate_after(self.workdir, begun.step)
+                truncate_after(self.workdir, begun.step, shown=self.run_dir.location)
                 print(f"resuming from step {begun.step} of {self.total}", file=sys.stderr)
         self.trainable = param_count(self.state.params) - (
             param_count(self.state.params["encoder"])

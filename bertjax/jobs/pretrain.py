@@ -27,11 +27,12 @@ from bertjax.settings.shared import layout_of
 def run(s: PretrainSettings, workdir: str) -> dict:
     """Runs (or resumes) pretraining; returns the last logged metrics."""
     with common.stop_requests() as stop:
-        return _run(s, workdir, stop)
+        inputs = remote_inputs.localized(s)  # inputs on a bucket, read through local copies
+        with inputs.named_errors():
+            return _run(s, inputs, workdir, stop)
 
 
-def _run(given: PretrainSettings, workdir: str, stop) -> dict:
-    inputs = remote_inputs.localized(given)  # inputs on a bucket, read through local copies
+def _run(given: PretrainSettings, inputs: remote_inputs.LocalInputs, workdir: str, stop) -> dict:
     s = inputs.settings
     mesh = s.mesh.make()
     common.check_batch_split(mesh, batch_size=s.train.batch_size // s.train.accumulation_steps)

@@ -108,7 +108,7 @@ class PretrainRun:
                                              pretrain_fit.RECORD_KEY: self.fit_record})
         if self.is_main:
             if start.step:
-                truncate_after(self.workdir, start.step)
+                truncate_after(self.workdir, start.step, shown=self.run_dir.location)
                 print(f"resuming from step {start.step} of {s.train.steps} "
                       f"({self.checkpointer.directory})", file=sys.stderr)
             print(f"model: {s.model.preset} ({param_count(start.state.params):,} parameters), "

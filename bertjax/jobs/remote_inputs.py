@@ -4,14 +4,18 @@ data.input (files, directories, globs), data.tokenizer and an existing data.prep
 are fetched into the cache (core/transfer.py: again only when they changed) and the settings
 point at the copies, so the data pipeline memory-maps local shards as it always does. A
 data.prepared URL that holds no corpus yet is prepared in a local working copy and uploaded when
-complete (manifest last): the next run, on any host, finds it there.
+complete (manifest last): the next run, on any host, finds it there. A refusal about a copy (a
+damaged manifest) names the URL, not this host's copy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from typing import Iterator
 
 from bertjax.core import storage, termination, transfer
+from bertjax.core.errors import UserError
 from bertjax.data import corpus
 from bertjax.settings.pretrain import PretrainSettings
 
@@ -20,6 +24,20 @@ from bertjax.settings.pretrain import PretrainSettings
 class LocalInputs:
     settings: PretrainSettings  # with local paths in place of URLs
     upload_prepared_to: str | None  # the data.prepared URL a newly prepared corpus goes to
+    urls: dict[str, str] = dataclasses.field(default_factory=dict)  # local copy -> its URL
+
+    @contextlib.contextmanager
+    def named_errors(self) -> Iterator[None]:
+        """A refusal that names a local copy names its URL instead."""
+        try:
+            yield
+        except UserError as e:
+            text = str(e)
+            for local, url in self.urls.items():
+                text = text.replace(local, url)
+            if text == str(e):
+                raise
+            raise UserError(text) from None
 
 
 def localized(s: PretrainSettings) -> LocalInputs:
@@ -41,7 +59,10 @@ def localized(s: PretrainSettings) -> LocalInputs:
             upload_to = storage.absolute(d.prepared)
     if not changes:
         return LocalInputs(s, None)
-    return LocalInputs(dataclasses.replace(s, data=dataclasses.replace(d, **changes)), upload_to)
+    urls = {changes[key]: storage.absolute(getattr(d, key)) for key in ("tokenizer", "prepared")
+            if key in changes}
+    return LocalInputs(dataclasses.replace(s, data=dataclasses.replace(d, **changes)), upload_to,
+                       urls)
 
 
 def upload_prepared(local: LocalInputs) -> None:

@@ -22,6 +22,7 @@ from bertjax.data.corpus import MANIFEST
 from bertjax.inference import loading
 from bertjax.jobs.workdir_mirror import WorkdirMirror
 from bertjax.train.bucket_lock import BucketLock
+from bertjax.train.metrics_log import read_metrics
 from bertjax.train.workdir_lock import WorkdirLock
 
 RUN_RECORD = loading.RUN_RECORD
@@ -47,6 +48,8 @@ class RunDirectory:
             if os.path.exists(self.path) and not os.path.isdir(self.path):
                 raise UserError(f"workdir {path} exists and is not a directory")
         self.stored = self._read_record()
+        with loading.named_errors(self.location, self.path):
+            read_metrics(self.path)  # a damaged line is refused before anything is written
         self._created = False
         self._lock: WorkdirLock | BucketLock | None = None
 

@@ -16,6 +16,10 @@ random token). Stores and emulators that ignore preconditions (gcp-storage-emula
 still refuse a second run, and let only one of two racing writers go on (the last to write). Staleness compares the holder's wall-clock
 `refreshed` time with this host's: TPU VMs keep their clocks in sync (NTP), and STALE_S is
 minutes, far beyond any skew.
+
+An object that holds no lease note (not JSON, or no `refreshed` time: nothing bertjax writes) says
+nothing about its holder, so its own last-written time stands for the refresh: written within
+STALE_S it refuses the run in one line naming the object; older, it is taken over with a line.
 """
 
 from __future__ import annotations
@@ -121,35 +125,45 @@ class BucketLock:
             data=self._note(), json_out=True)
         self._generation = str(written["generation"])
 
-    def _read(self) -> tuple[dict, str]:
-        """(the note, its generation); generation first: a takeover conditioned on it fails if
-        the note changed after it was read."""
+    def _read(self) -> tuple[dict, str, float | None]:
+        """(the note, its generation, the object's age when the note is not a lease's);
+        generation first: a takeover conditioned on it fails if the note changed after it was
+        read."""
         self.fs.invalidate_cache()
-        generation = str(self.fs.info(self._object)["generation"])
+        info = self.fs.info(self._object)
         try:
             note = json.loads(self.fs.cat_file(self._object))
         except ValueError:
-            note = {}
-        return (note if isinstance(note, dict) else {}), generation
+            note = None
+        if isinstance(note, dict) and isinstance(note.get("refreshed"), (int, float)):
+            return note, str(info["generation"]), None
+        written_at = info.get("mtime")  # gcsfs's reading of the object's `updated` time
+        age = time.time() - written_at.timestamp() if written_at else 0.0
+        return {}, str(info["generation"]), age
 
     def _take_over_if_stale(self) -> None:
-        note, generation = self._read()
-        age = time.time() - float(note.get("refreshed") or 0)
+        note, generation, written = self._read()
+        age = time.time() - float(note.get("refreshed") or 0) if written is None else written
         dead = _died_on_this_host(note)
+        if written is not None and age <= self.stale_s:
+            raise UserError(f"the lock {self.url} holds no lease note bertjax wrote (written "
+                            f"{max(age, 0):.0f}s ago); if no run uses workdir {self.workdir}, "
+                            f"delete it, or run again after {self.stale_s:.0f}s to take it over")
         if age <= self.stale_s and not dead:
             raise self._busy(note, age)
-        why = "is no longer running" if dead else f"has not refreshed it for {age:.0f}s"
+        why = ("is no longer running" if dead else f"has not refreshed it for {age:.0f}s"
+               if written is None else f"left no note; the object is {age:.0f}s old")
         print(f"bertjax: taking over the lock of {self.workdir}: its holder "
               f"({_holder(note)}) {why}", file=sys.stderr)
         try:
             self._write(if_generation=generation)
         except FileExistsError:
-            note, _ = self._read()
+            note, _, _ = self._read()
             raise self._busy(note, time.time() - float(note.get("refreshed") or 0)) from None
 
     def _confirm(self) -> None:
         """The object names this holder: otherwise another writer came last, and holds it."""
-        note, generation = self._read()
+        note, generation, _ = self._read()
         if note.get("token") != self._token:
             self._generation = None
             raise self._busy(note, time.time() - float(note.get("refreshed") or 0))

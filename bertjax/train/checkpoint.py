@@ -12,7 +12,8 @@ Nothing good is ever lost: a state with a NaN or an infinity is never saved; ret
 checkpoints whose parameters have since produced a finite loss (so finite-but-exploded parameters
 saved just before a divergence cannot push the last good checkpoint out), and a divergence sets the
 checkpoints it condemns aside as `<step>.diverged`; a checkpoint that no longer reads is renamed
-`<step>.unreadable` and the previous one is used; a failed write (full disk) is one line that names
+`<step>.unreadable` and the previous one is used (on a bucket a step is set aside in place, by
+a record and the deletion of its commit marker: checkpoint_faults.set_aside); a failed write (full disk) is one line that names
 the free space while the earlier checkpoints stay as they were.
 """
 
@@ -151,10 +152,13 @@ class Checkpointer:
         self.wait()
         condemned = [s for s in self.all_steps() if first_bad is not None and s >= first_bad]
         for step in condemned:
-            self._move_aside(step, "diverged", faults.DIVERGED_SUFFIX)
+            self._move_aside(step, "diverged", faults.DIVERGED_SUFFIX, reason="diverged")
         newest = self.latest_step()
+        as_what = (f"with a record <step>{faults.DIVERGED_SUFFIX}.json in {self.directory} (its "
+                   "objects stay until the step is saved again)"
+                   if storage.is_url(self.directory) else f"as <step>{faults.DIVERGED_SUFFIX}")
         moved = (f"checkpoint{'s' if len(condemned) > 1 else ''} "
-                 f"{', '.join(map(str, condemned))} set aside as <step>{faults.DIVERGED_SUFFIX}; "
+                 f"{', '.join(map(str, condemned))} set aside {as_what}; "
                  if condemned else "")
         kept = (f"the newest good checkpoint is step {newest}" if newest is not None
                 else "no good checkpoint has been saved")
@@ -175,10 +179,10 @@ class Checkpointer:
     def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
         """(step, state, data state) of the newest checkpoint that reads, or None if there is none.
 
-        Unreadable checkpoints are renamed `<step>.unreadable` (never deleted) and the next older
-        one is tried; a checkpoint of another model raises UserError and nothing is moved.
+        Unreadable checkpoints are set aside as `<step>.unreadable` (never deleted) and the next
+        older one is tried; a checkpoint of another model raises UserError and nothing is moved.
         """
-        failures: list[tuple[int, str]] = []
+        failures: list[tuple[int, str, str]] = []  # step, reason, the note on where it went
         for step in sorted(self.all_steps(), reverse=True):
             reason = None
             try:
@@ -189,11 +193,14 @@ class Checkpointer:
             if reason is None:
                 self._report_fallbacks(failures, step)
                 return step, state, data
-            failures.append((step, reason))
-            self._move_aside(step, f"unreadable ({reason})")
+            where = self._move_aside(step, f"unreadable ({reason})", reason=reason)
+            failures.append((step, reason, where))
         if failures:
-            listed = "; ".join(f"checkpoint {s}: {r}" for s, r in failures)
-            raise UserError(f"no checkpoint in {self.directory} restores: {listed}")
+            listed = "; ".join(f"checkpoint {s}: {r}" for s, r, _ in failures)
+            kept = (f" (each set aside: its objects stay, {self.directory}/<step>"
+                    f"{faults.UNREADABLE_SUFFIX}.json says why)"
+                    if storage.is_url(self.directory) and not self.read_only else "")
+            raise UserError(f"no checkpoint in {self.directory} restores: {listed}{kept}")
         return None
 
     def refuse_another_model(self, abstract_state: Any) -> None:
@@ -298,27 +305,35 @@ class Checkpointer:
                             "nothing was set aside: run the same command again once the "
                             "storage answers") from None
 
-    def _move_aside(self, step: int, reason: str, suffix: str = faults.UNREADABLE_SUFFIX) -> None:
+    def _move_aside(self, step: int, what: str, suffix: str = faults.UNREADABLE_SUFFIX, *,
+                    reason: str) -> str:
+        """Sets `step` aside (process 0); the note a line about it adds ("" when nothing moved)."""
         if self.read_only:
             self._skipped.add(step)
-            return
+            return ""
+        note = ""
         if jax.process_index() == 0:
             try:
-                faults.set_aside(self.directory, step, suffix)
+                where = faults.set_aside(self.directory, step, suffix, reason)
             except OSError as e:
-                raise UserError(f"checkpoint {step} in {self.directory} is {reason} "
+                raise UserError(f"checkpoint {step} in {self.directory} is {what} "
                                 f"and cannot be renamed aside: {e.strerror}") from None
+            except UserError as e:  # a bucket's request refused or unanswered
+                raise UserError(f"checkpoint {step} in {self.directory} is {what} "
+                                f"and cannot be set aside: {e}") from None
+            note = faults.set_aside_note(self.directory, step, where)
         _sync_processes(f"bertjax_checkpoint_set_aside_{step}")
         with self._deadlines.call("list the checkpoints in"):
             self._manager.reload()
+        return note
 
-    def _report_fallbacks(self, failures: list[tuple[int, str]], step: int) -> None:
+    def _report_fallbacks(self, failures: list[tuple[int, str, str]], step: int) -> None:
         if jax.process_index() != 0:
             return
         verb = "using" if self.read_only else "resuming from"
-        for bad, reason in failures:
-            print(f"checkpoint {bad} is unreadable ({reason}); {verb} {step}", file=sys.stderr,
-                  flush=True)
+        for bad, reason, where in failures:
+            print(f"checkpoint {bad} is unreadable ({reason}); {verb} {step}{where}",
+                  file=sys.stderr, flush=True)
 
 
 def _agreed_failure(reason: str | None) -> str | None:

@@ -5,27 +5,31 @@ call waits for it, as an OSError or as a TensorStore `ValueError("RESOURCE_EXHAU
 [os_error_code='28']")`, and logs it with tracebacks on the way. These helpers turn such errors into
 short reasons, keep Orbax's own error logging off stderr (every failure reaches the caller as an
 exception, which is reported once), and set unreadable checkpoints aside without deleting them.
-They also tell a state that must not be saved at all (one with a NaN or an infinity) and a
+On a bucket a checkpoint is set aside without moving it (see set_aside). They also tell a state
+that must not be saved at all (one with a NaN or an infinity) and a
 checkpoint that is not of the model at hand (another shape or vocabulary).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import glob
+import json
 import logging
 import os
 import re
 import shutil
-import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.core import storage
+from bertjax.core import library_logs, storage
 from bertjax.core.errors import UserError
 
+COMMIT_MARKER = "commit_success.txt"  # what Orbax writes last into a step on a bucket
 UNREADABLE_SUFFIX = ".unreadable"
 DIVERGED_SUFFIX = ".diverged"
 _ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
@@ -91,16 +95,56 @@ def remove_partial_save(directory: str, step: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def set_aside(directory: str, step: int, suffix: str = UNREADABLE_SUFFIX) -> str:
+def set_aside(directory: str, step: int, suffix: str = UNREADABLE_SUFFIX, reason: str = "") -> str:
     """Renames checkpoint `step` to `<step><suffix>[-k]`: Orbax no longer lists it, a new save of
-    that step is not blocked, and whatever is in it can still be inspected or recovered."""
+    that step is not blocked, and whatever is in it can still be inspected or recovered. Returns
+    the new name; on a bucket, the record written instead (see _set_aside_on_bucket)."""
     source = storage.join(directory, str(step))
-    target = source + suffix
-    attempt = 1
+    if storage.is_url(directory):
+        return _set_aside_on_bucket(directory, step, suffix, reason)
+    target = _free_name(source + suffix)
+    storage.move(source, target)
+    return target
+
+
+def _set_aside_on_bucket(directory: str, step: int, suffix: str, reason: str) -> str:
+    """A bucket has no rename: moving a step is a copy of its hundreds of objects (through
+    rewrite or move requests some servers lack) and a stop midway leaves it split in two. So a
+    record `<step><suffix>.json` says why, then the step's commit marker is deleted: two
+    single-object requests, after which neither Orbax nor bertjax lists the step. Its objects
+    stay under `<step>/` until a save of that step replaces them (Orbax clears an uncommitted
+    step it saves into); the record stays as the history of what happened."""
+    objects = storage.join(directory, str(step))
+    record = _free_name(storage.join(directory, f"{step}{suffix}"), ".json")
+    storage.write_bytes(record, json.dumps({
+        "step": step, "set_aside": suffix.lstrip("."), "reason": reason,
+        "when": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "objects": objects + "/",
+        "note": f"{objects}/{COMMIT_MARKER} was deleted so that no reader lists this step; "
+                "its objects stay until a save of the step replaces them"}, indent=1).encode())
+    try:
+        storage.remove(storage.join(objects, COMMIT_MARKER))
+    except UserError:
+        with contextlib.suppress(UserError):  # still listed: a record saying otherwise misleads
+            storage.remove(record)
+        raise
+    return record
+
+
+def set_aside_note(directory: str, step: int, where: str) -> str:
+    """What a line about step `step`, set aside to `where` (set_aside's answer), adds: on a
+    bucket, where its objects stay (locally `<step>.unreadable` says it)."""
+    if not storage.is_url(directory):
+        return ""
+    return (f"; its objects stay under {storage.join(directory, str(step))}/ until step {step} "
+            f"is saved again ({where} says why)")
+
+
+def _free_name(base: str, extension: str = "") -> str:
+    target, attempt = base + extension, 1
     while storage.exists(target):
         attempt += 1
-        target = f"{source}{suffix}-{attempt}"
-    storage.move(source, target)
+        target = f"{base}-{attempt}{extension}"
     return target
 
 
@@ -135,32 +179,13 @@ _installed = False
 
 
 def quiet_orbax_errors() -> None:
-    """Installs (once) the log filter and an unraisable-exception hook for Orbax's leftovers."""
+    """Installs (once) the log filter, and the hooks that drop Orbax's leftovers."""
     global _installed
     if _installed:
         return
     _installed = True
     logging.getLogger("absl").addFilter(_DropOrbaxErrors())
-    previous = sys.unraisablehook
-
-    # A failed restore leaves Orbax's other reads behind: un-awaited coroutines ("Exception
-    # ignored in: <coroutine ...>") and TensorStore completions that call back into the
-    # restore's event loop after it closed ("Event loop is closed"), each printed with a traceback.
-    def hook(unraisable):
-        late_callback = (isinstance(unraisable.exc_value, RuntimeError)
-                         and str(unraisable.exc_value) == "Event loop is closed")
-        if not (late_callback or _raised_in_orbax(unraisable.exc_traceback)):
-            previous(unraisable)
-
-    sys.unraisablehook = hook
-
-
-def _raised_in_orbax(traceback) -> bool:
-    while traceback is not None:
-        if _ORBAX_DIR in traceback.tb_frame.f_code.co_filename:
-            return True
-        traceback = traceback.tb_next
-    return False
+    library_logs.quiet_orbax_leftovers()
 
 
 def _free_bytes(directory: str) -> int | None:

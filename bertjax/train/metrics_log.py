@@ -2,6 +2,10 @@
 
 The loop hands over device scalars; they are read on the host one log interval later than they were
 produced (after the next step has been dispatched), so logging never stalls the accelerator.
+
+A last line without its newline that is not a record was cut short by a killed process: a resume
+drops it (its step is logged again) and says so. A damaged line anywhere else is refused in one
+line naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import os
 import sys
 from typing import Iterable, Mapping
 
-from bertjax.core import atomic_files
+from bertjax.core import atomic_files, storage
+from bertjax.core.errors import UserError
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
@@ -32,20 +37,46 @@ class NonFiniteLossError(RuntimeError):
 
 
 def read_metrics(workdir: str) -> list[dict]:
-    path = os.path.join(workdir, METRICS_FILE)
+    """The records of `workdir`'s metrics.jsonl; UserError for a damaged line."""
+    return _read_records(os.path.join(workdir, METRICS_FILE))[0]
+
+
+def _read_records(path: str) -> tuple[list[dict], bool]:
+    """(the records, whether the file ends in a record cut short)."""
     if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return [], False
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as e:  # UnicodeDecodeError included
+            if number == len(lines):  # the last line, with no newline after it
+                return records, True
+            raise UserError(f"{path} line {number} is not a metrics record ({type(e).__name__}: "
+                            f"{str(e)[:80]}); remove that line or move the file aside") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path} line {number} is not a metrics record (a JSON "
+                            f"{type(record).__name__}); remove that line or move the file aside")
+        records.append(record)
+    return records, False
 
 
-def truncate_after(workdir: str, step: int) -> None:
-    """Drops records logged after `step`: a resumed run logs those steps again, identically."""
+def truncate_after(workdir: str, step: int, *, shown: str | None = None) -> None:
+    """Drops records logged after `step`: a resumed run logs those steps again, identically.
+    A last record cut short goes too, with a line naming the file (`shown`: the workdir to name,
+    a bucket's URL rather than its local mirror)."""
     path = os.path.join(workdir, METRICS_FILE)
-    records = read_metrics(workdir)
+    records, torn = _read_records(path)
     kept = [r for r in records if r.get("step", 0) <= step]
-    if len(kept) == len(records):
+    if len(kept) == len(records) and not torn:
         return
+    if torn:
+        print(f"{storage.join(shown or workdir, METRICS_FILE)}: its last line was a record cut "
+              f"short; dropped (the steps after {step} are logged again)", file=sys.stderr)
     atomic_files.write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 

@@ -215,3 +215,20 @@ def test_a_corrupt_run_record_is_one_line_for_main_and_export(finished, small_co
                                   "params", "--output", str(tmp_path / "out"))
     assert exported.returncode == 2 and "run.json" in one_error_line(exported.stderr)
     assert snapshot(workdir) == before
+
+
+@pytest.mark.slow
+def test_a_damaged_metrics_line_is_one_line_and_the_workdir_unchanged(finished, small_corpus_dir,
+                                                                      tmp_path):
+    workdir = copy_of(finished, tmp_path)
+    path = os.path.join(workdir, "metrics.jsonl")
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    lines[2] = b"\x00garbage{{"
+    with open(path, "wb") as f:
+        f.write(b"\n".join(lines))
+    before = snapshot(workdir)
+    refused = refused_here(tiny_args(workdir, small_corpus_dir, **{**SHORT, "train.steps": 8}))
+    assert refused.returncode == 2
+    assert f"{path} line 3 is not a metrics record" in one_error_line(refused.stderr)
+    assert snapshot(workdir) == before
