@@ -59,8 +59,8 @@ class MethodSettings:
             raise UserError("finetune.method=cloze needs finetune.verbalizer, one vocabulary word "
                             "per label: e.g. --config.finetune.verbalizer="
                             "negative:terrible,positive:great")
-        if self.cloze:
-            cloze.parse_template(self.template)
+        cloze.parse_template(self.template)  # read by cloze methods only; checked always
+        if self.verbalizer.strip():
             cloze.parse_verbalizer(self.verbalizer)
 
     @property

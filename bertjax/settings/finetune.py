@@ -219,6 +219,8 @@ def _check_retrieval(d: FinetuneData, f: FinetuneOptions) -> None:
 
 
 def _check_train(t: TrainSettings) -> None:
+    if t.seed < 0:
+        raise UserError(f"train.seed must not be negative, got {t.seed}")
     for name in ("batch_size", "eval_batch_size", "accumulation_steps", "restarts"):
         if getattr(t, name) <= 0:
             raise UserError(f"train.{name} must be positive, got {getattr(t, name)}")

@@ -50,7 +50,8 @@ ACCEPTED = {
             "electra.generator_num_layers", "electra.generator_vocab_size"),
     **_zero("a share of 0 in the 80/10/10 choice", "masking.mask_token_prob",
             "masking.random_token_prob"),
-    **_zero("0: no dropout", "model.attention_dropout", "model.hidden_dropout"),
+    **_zero("0: no dropout", "model.attention_dropout", "model.hidden_dropout",
+            "finetune.lora_dropout"),
     **_zero("0: off (no such step, limit or pause)", "train.checkpoint_every",
             "train.checkpoint_every_minutes", "train.eval_every", "train.eval_batches",
             "train.log_every", "train.time_budget_minutes", "optimizer.warmup_steps",
@@ -64,6 +65,7 @@ ACCEPTED = {
     **_zero("0: batches built in the training process", "data.workers"),
     **_zero("0: no segment embeddings", "model.type_vocab_size"),
     **_zero("0: every layer global", "model.sliding_window"),
+    **_zero("0: the teacher's term weighs nothing (plain fine-tuning)", "distill.alpha"),
     **_zero("0: a seed like any other", "train.seed"),
     **_zero("0: all the examples", "data.max_train_examples", "data.max_eval_examples",
             "data.max_train_examples_per_class"),
@@ -86,7 +88,7 @@ ACCEPTED = {
         "schedule.short_rope_theta", "optimizer.clip_norm", "optimizer.eps",
         "optimizer.learning_rate", "optimizer.weight_decay", "train.checkpoint_every_minutes",
         "train.device_memory_gb", "train.time_budget_minutes", "electra.discriminator_weight",
-        "finetune.temperature", "finetune.lora_alpha")},
+        "finetune.temperature", "finetune.lora_alpha", "distill.temperature")},
 }
 # Fine-tuning reads a column, a file of another mode, or a TFDS directory only where its data
 # needs it: a name is any text (a missing column is refused when the data is read, before the
