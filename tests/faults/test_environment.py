@@ -1,7 +1,7 @@
 """Every environment variable bertjax reads is checked before the first write: given nan, inf, 0,
 -1, text and the empty string, `python -m bertjax.main` refuses it in one line naming it (exit 2,
 the workdir not created, nothing written), or the table below accepts the value, with the
-reason, and the run reaches the workdir's opening without a word (docs/configuration.md lists
+reason, and the run reaches the workdir's opening without a word (docs/reliability.md lists
 the variables and their valid values).
 
 The command runs in this process (cli_in_process) with RunDirectory.open, the job's first write,
