@@ -85,8 +85,9 @@ def _environment(monkeypatch, name: str, value: str) -> None:
 def test_each_value_refused_in_one_line_or_accepted(name, monkeypatch, tmp_path,
                                                     small_corpus_dir):
     joined = []
-    monkeypatch.setattr(run_directory.RunDirectory, "open",
-                        lambda self: (_ for _ in ()).throw(Stopped(self.path)))
+    def stop(self):
+        raise Stopped(self.path)
+    monkeypatch.setattr(run_directory.RunDirectory, "open", stop)
     monkeypatch.setattr(jax.distributed, "initialize", lambda **kw: joined.append(kw))
     found = []
     for value in VALUES:
