@@ -241,9 +241,9 @@ def test_explicit_variables_are_read_and_checked(clean_env):
     for key, value, message in [
             ("JAX_COORDINATOR_ADDRESS", "10.0.0.1", "must be host:port"),
             ("JAX_COORDINATOR_ADDRESS", "host:99999", "must be host:port"),
-            ("JAX_PROCESS_ID", "4", r"must be in \[0, JAX_NUM_PROCESSES\), got process 4 of 4"),
-            ("JAX_NUM_PROCESSES", "two", "must be integers"),
-            ("JAX_LOCAL_DEVICE_IDS", "0;1", "comma-separated integers")]:
+            ("JAX_PROCESS_ID", "4", "JAX_PROCESS_ID=4 must be less than JAX_NUM_PROCESSES=4"),
+            ("JAX_NUM_PROCESSES", "two", "JAX_NUM_PROCESSES='two' must be a positive whole"),
+            ("JAX_LOCAL_DEVICE_IDS", "0;1", "comma-separated whole numbers")]:
         with clean_env.context() as env:
             env.setenv(key, value)
             with pytest.raises(UserError, match=message):

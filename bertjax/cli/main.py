@@ -14,6 +14,7 @@ from absl import flags, logging
 from bertjax import settings
 from bertjax.cli import entry
 from bertjax.cli.config_flags import overridden_keys, parse_config
+from bertjax.core import packaged
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, report
 from bertjax.jobs import dispatch
 from bertjax.parallel.distributed import initialize_from_environment
@@ -37,6 +38,7 @@ def _parse(argv: list[str]):
 def run_job(config, workdir: str, overridden: frozenset = frozenset()) -> None:
     """Reads the settings (every check that needs no file), then runs the job they name."""
     s = settings.read(config, overridden)
+    packaged.cache_dir()  # BERTJAX_CACHE checked before the workdir, whether this job uses it or not
     initialize_from_environment()
     dispatch.run(s, workdir)
 

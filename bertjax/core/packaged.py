@@ -61,7 +61,15 @@ class NpmUnavailable(UserError):
 
 
 def cache_dir() -> str:
-    return os.environ.get("BERTJAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "bertjax")
+    """$BERTJAX_CACHE (unset or empty: ~/.cache/bertjax); a relative path is refused, since what
+    it names would change with the current directory."""
+    raw = os.environ.get("BERTJAX_CACHE", "")
+    if not raw:
+        return os.path.join(os.path.expanduser("~"), ".cache", "bertjax")
+    if not os.path.isabs(raw):
+        raise UserError(f"BERTJAX_CACHE={raw!r} must be an absolute path (a relative one would "
+                        "name another directory from another current directory)")
+    return raw
 
 
 @contextlib.contextmanager

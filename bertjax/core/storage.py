@@ -197,7 +197,11 @@ def bound_gcs_requests() -> None:
     # Another process (a run, another host) changes what is there: never answer from a listing
     # cached earlier.
     options.setdefault("use_listings_cache", False)
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if emulator:
+        # gcsfs sends every request there: a value without a port names no server
+        if not re.fullmatch(r"(https?://)?[\w.-]+:\d{1,5}/?", emulator):
+            raise UserError(f"STORAGE_EMULATOR_HOST={emulator!r} must be [http://]host:port")
         options.setdefault("token", "anon")  # an emulator takes no credentials
 
 

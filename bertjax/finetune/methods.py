@@ -45,24 +45,22 @@ class MethodSettings:
         if self.name not in IMPLEMENTED:
             raise UserError(f"finetune.method={self.name} is not available in this version "
                             f"(available: {', '.join(IMPLEMENTED)})")
-        if self.name == "adapter" and self.adapter_size <= 0:
-            raise UserError(f"finetune.adapter_size must be positive, got {self.adapter_size}")
-        if self.name == "lora":
-            if self.lora_rank <= 0:
-                raise UserError(f"finetune.lora_rank must be positive, got {self.lora_rank}")
-            if self.lora_alpha <= 0:
-                raise UserError(f"finetune.lora_alpha must be positive, got {self.lora_alpha}")
-            if not 0.0 <= self.lora_dropout < 1.0:
-                raise UserError(f"finetune.lora_dropout must be in [0, 1), got "
-                                f"{self.lora_dropout}")
-        if self.name == "soft_prompt" and self.prompt_length <= 0:
-            raise UserError(f"finetune.prompt_length must be positive, got {self.prompt_length}")
+        # Each method's keys are checked whichever method runs: a bad value is never kept.
+        for key, method in (("adapter_size", "adapter"), ("lora_rank", "lora"),
+                            ("prompt_length", "soft_prompt")):
+            value = getattr(self, key)
+            if value < 0 or (self.name == method and value == 0):
+                raise UserError(f"finetune.{key} must be positive, got {value}")
+        if not self.lora_alpha > 0:
+            raise UserError(f"finetune.lora_alpha must be positive, got {self.lora_alpha}")
+        if not 0.0 <= self.lora_dropout < 1.0:
+            raise UserError(f"finetune.lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.name == "cloze" and not self.verbalizer.strip():
             raise UserError("finetune.method=cloze needs finetune.verbalizer, one vocabulary word "
                             "per label: e.g. --config.finetune.verbalizer="
                             "negative:terrible,positive:great")
-        if self.cloze:
-            cloze.parse_template(self.template)
+        cloze.parse_template(self.template)  # read by cloze methods only; checked always
+        if self.verbalizer.strip():
             cloze.parse_verbalizer(self.verbalizer)
 
     @property

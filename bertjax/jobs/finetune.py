@@ -55,8 +55,8 @@ def run(s: FinetuneSettings, workdir: str) -> dict:
 
 def starts_fresh(s: FinetuneSettings, workdir: str) -> bool:
     """Whether some run (of the restarts) has no checkpoint yet, so needs the init parameters."""
-    workdirs = ([workdir] if s.train.restarts == 1 else
-                [os.path.join(workdir, f"restart_{k}") for k in range(s.train.restarts)])
+    workdirs = ([workdir] if s.train.restarts == 1 else  # lazily: stops at the first fresh one
+                (os.path.join(workdir, f"restart_{k}") for k in range(s.train.restarts)))
     return any(not loading.checkpoint_steps(w) for w in workdirs)
 
 

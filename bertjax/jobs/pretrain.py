@@ -48,6 +48,8 @@ def _run(given: PretrainSettings, inputs: remote_inputs.LocalInputs, workdir: st
     required = _required_tokenizer(s, source)
     _check_model(s, source, required)
     pretraining_data.check_existing(s, run_dir.path, required)
+    if jax.process_index() == 0:  # the process that prepares a missing corpus
+        pretraining_data.check_inputs(s, run_dir.path)
     if source is not None and not done:  # a resumed run has its own parameters
         source = loading.load(s.init_checkpoint)
     with run_dir:

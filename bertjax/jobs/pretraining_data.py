@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import os
 
-from bertjax.data import corpus, preparation_engine, tokenizer_training
+from bertjax.data import corpus, preparation_engine, sources, tokenizer_training
+from bertjax.data.inputs import NAMED_INPUTS
 from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
 from bertjax.core.errors import UserError
@@ -43,6 +44,20 @@ def prepared_corpus(s: PretrainSettings, workdir: str, required: Tokenizer | Non
         raise UserError(f"the corpus in {directory} was tokenized with another vocabulary than "
                         "the init checkpoint's; prepare it with that one (a new data.prepared)")
     return prepared
+
+
+def check_inputs(s: PretrainSettings, workdir: str) -> None:
+    """What preparing a missing corpus reads, refused before the workdir is created: no corpus
+    named, an input or data.tokenizer that is not there. A prepared corpus needs neither. (The
+    demo corpora are fetched into the cache when the corpus is prepared.)"""
+    if os.path.exists(os.path.join(s.data.prepared_dir(workdir), corpus.MANIFEST)):
+        return
+    inputs, _ = s.data.inputs()
+    files = [spec for spec in inputs if spec not in NAMED_INPUTS]
+    if files:
+        sources.resolve_inputs(files)
+    if s.data.tokenizer and not os.path.exists(s.data.tokenizer):
+        raise UserError(f"tokenizer not found: {s.data.tokenizer}")
 
 
 def check_existing(s: PretrainSettings, workdir: str, required: Tokenizer | None) -> None:

@@ -37,34 +37,46 @@ _T = TypeVar("_T")
 _TEXT_BYTES = 2048  # longest message shared between processes
 
 
+_EXPLICIT = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_LOCAL_DEVICE_IDS")
+
+
+def _whole_number(name: str, minimum: int) -> int:
+    """The variable `name` as a whole number >= minimum (digits only: no sign, point or blank)."""
+    raw = os.environ.get(name, "")
+    if not (raw.isascii() and raw.isdigit() and int(raw) >= minimum):
+        kind = "a positive whole number" if minimum else "a whole number >= 0"
+        raise UserError(f"{name}={raw!r} must be {kind}")
+    return int(raw)
+
+
 def _explicit_settings() -> dict | None:
-    """The JAX_* variables, checked; None when JAX_COORDINATOR_ADDRESS is not set."""
+    """The JAX_* variables, checked; None when none of them is set."""
     address = os.environ.get("JAX_COORDINATOR_ADDRESS", "").strip()
     if not address:
+        stray = [name for name in _EXPLICIT if os.environ.get(name, "").strip()]
+        if stray:
+            raise UserError(f"{stray[0]} is set but JAX_COORDINATOR_ADDRESS is not: a "
+                            "multi-process job needs JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES "
+                            "and JAX_PROCESS_ID")
         return None
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UserError(f"JAX_COORDINATOR_ADDRESS must be host:port, got {address!r}")
-    try:
-        count = int(os.environ["JAX_NUM_PROCESSES"])
-        index = int(os.environ["JAX_PROCESS_ID"])
-    except (KeyError, ValueError):
-        raise UserError("JAX_COORDINATOR_ADDRESS is set, so JAX_NUM_PROCESSES and "
-                        "JAX_PROCESS_ID must be integers too") from None
-    if count < 1 or not 0 <= index < count:
-        raise UserError(f"JAX_PROCESS_ID must be in [0, JAX_NUM_PROCESSES), got process {index} "
-                        f"of {count}")
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise UserError(f"JAX_COORDINATOR_ADDRESS={address!r} must be host:port")
+    count = _whole_number("JAX_NUM_PROCESSES", 1)
+    index = _whole_number("JAX_PROCESS_ID", 0)
+    if index >= count:
+        raise UserError(f"JAX_PROCESS_ID={index} must be less than JAX_NUM_PROCESSES={count}")
     local = os.environ.get("JAX_LOCAL_DEVICE_IDS", "").strip()
-    try:
-        local_ids = [int(i) for i in local.split(",")] if local else None
-    except ValueError:
-        raise UserError(f"JAX_LOCAL_DEVICE_IDS must be comma-separated integers, got "
-                        f"{local!r}") from None
+    ids = [i.strip() for i in local.split(",")] if local else []
+    if not all(i.isascii() and i.isdigit() for i in ids):
+        raise UserError(f"JAX_LOCAL_DEVICE_IDS={local!r} must be comma-separated whole numbers "
+                        ">= 0")
     # "deactivate": the values above are the whole truth. Otherwise JAX fills in the unset
     # local_device_ids from SLURM (one device per task), so one process per node would see
     # only its first GPU.
     return dict(coordinator_address=address, num_processes=count, process_id=index,
-                local_device_ids=local_ids, cluster_detection_method="deactivate")
+                local_device_ids=[int(i) for i in ids] or None,
+                cluster_detection_method="deactivate")
 
 
 def _inside_multi_task_slurm_step() -> bool:
@@ -72,8 +84,8 @@ def _inside_multi_task_slurm_step() -> bool:
     # must not wait for the other tasks.
     if "SLURM_STEP_NODELIST" not in os.environ or "SLURM_PROCID" not in os.environ:
         return False
-    tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS") or "1"
-    return tasks.isdigit() and int(tasks) > 1
+    name = next((n for n in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS") if os.environ.get(n)), None)
+    return name is not None and _whole_number(name, 1) > 1
 
 
 def _on_cloud_tpu_vm() -> bool:

@@ -33,7 +33,7 @@ class Section:
         value = self._values[key]
         if isinstance(value, ml_collections.ConfigDict):
             return Section(value, name + ".")
-        _check_finite(name, value)
+        _check_number(name, value)
         return value
 
     def __contains__(self, key: str) -> bool:
@@ -43,13 +43,22 @@ class Section:
         return list(self._values.keys())
 
 
-def _check_finite(name: str, value) -> None:
+# JAX counts steps, sizes and seeds in 32-bit integers: a larger count would wrap around (a step
+# counter) or ask for an array no device holds.
+LARGEST_INT = 2**31 - 1
+
+
+def _check_number(name: str, value) -> None:
     """No setting means infinity or NaN: an inf weight or temperature would train, then diverge
-    and be reported as a learning-rate problem; refused here, where every setting is read."""
+    and be reported as a learning-rate problem; nor is any integer beyond LARGEST_INT. Refused
+    here, where every setting is read."""
     values = value if isinstance(value, (tuple, list)) else (value,)
     for item in values:
         if isinstance(item, float) and not math.isfinite(item):
             raise UserError(f"{name} must be a finite number, got {value}")
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > LARGEST_INT:
+            raise UserError(f"{name} must be at most {LARGEST_INT} (JAX counts in 32-bit "
+                            f"integers), got {value}")
 
 
 def strict(config: ml_collections.ConfigDict | Section) -> Section:

@@ -10,7 +10,7 @@ from bertjax.core.errors import UserError
 from bertjax.finetune import cloze
 from bertjax.finetune.distillation import DistillSettings
 from bertjax.finetune.methods import MethodSettings
-from bertjax.finetune.readers import Columns, Source
+from bertjax.finetune.readers import FORMATS as READER_FORMATS, Columns, Source
 from bertjax.finetune.tasks import TaskSettings, task_class
 from bertjax.settings import distill, methods
 from bertjax.settings.config_keys import fields_of, strict
@@ -131,9 +131,13 @@ def _data(d: FinetuneData, task: str) -> DataSettings:
         tokenizer=d.tokenizer, max_train_examples=d.max_train_examples,
         max_train_examples_per_class=d.max_train_examples_per_class,
         max_eval_examples=d.max_eval_examples, tfds_data_dir=d.tfds_data_dir or None)
-    if data.max_train_examples_per_class < 0:
-        raise UserError("data.max_train_examples_per_class must not be negative, got "
-                        f"{data.max_train_examples_per_class}")
+    for key in ("max_train_examples", "max_train_examples_per_class", "max_eval_examples"):
+        if getattr(data, key) < 0:
+            raise UserError(f"data.{key} must not be negative (0: all), got "
+                            f"{getattr(data, key)}")
+    if data.format and data.format not in READER_FORMATS:
+        raise UserError(f"data.format must be one of {', '.join(READER_FORMATS)} (or empty: "
+                        f"from the file extension), got {data.format!r}")
     if data.max_train_examples_per_class and task != "finetune_classification":
         raise UserError("data.max_train_examples_per_class samples classes: it needs "
                         f"task=finetune_classification, not {task}")
@@ -215,6 +219,8 @@ def _check_retrieval(d: FinetuneData, f: FinetuneOptions) -> None:
 
 
 def _check_train(t: TrainSettings) -> None:
+    if t.seed < 0:
+        raise UserError(f"train.seed must not be negative, got {t.seed}")
     for name in ("batch_size", "eval_batch_size", "accumulation_steps", "restarts"):
         if getattr(t, name) <= 0:
             raise UserError(f"train.{name} must be positive, got {getattr(t, name)}")

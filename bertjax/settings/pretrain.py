@@ -6,11 +6,13 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from bertjax.data.examples import MIN_SEQ_LEN
 from bertjax.data.inputs import NAMED_INPUTS
+from bertjax.data.sources import FORMATS as INPUT_FORMATS
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
-from bertjax.core.errors import UserError, check_choice
+from bertjax.core.errors import UserError, check_choice, check_int
 from bertjax.model.config import ENCODER_DEFAULTS
 from bertjax.settings import electra
 from bertjax.settings.config_keys import Section, fields_of, strict
@@ -63,6 +65,15 @@ class CorpusSettings:
     # Not a config key: whether data.vocab_size was set on the command line.
     vocab_size_given: bool = False
 
+    def __post_init__(self):
+        check_choice("data.input_format", self.input_format, INPUT_FORMATS)
+        if not 0.0 <= self.eval_fraction < 1.0:
+            raise UserError(f"data.eval_fraction must be in [0, 1), got {self.eval_fraction}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise UserError(f"data.short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        check_int("data.workers", self.workers, 0, "(0: batches built in the training process)")
+        check_int("data.prefetch", self.prefetch, 1)
+
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
         raw = self.input.strip()
@@ -94,6 +105,19 @@ class ScheduleSettings:
     def __post_init__(self):
         if not 0.0 <= self.long_fraction <= 1.0:
             raise UserError(f"schedule.long_fraction must be in [0, 1], got {self.long_fraction}")
+        # Both phases, even one that long_fraction leaves out (0 or 1): every value is checked.
+        for phase in ("short", "long"):
+            seq_len, predictions = (getattr(self, f"{phase}_seq_len"),
+                                    getattr(self, f"{phase}_max_predictions"))
+            check_int(f"schedule.{phase}_seq_len", seq_len, MIN_SEQ_LEN,
+                      "([CLS] A [SEP] B [SEP])")
+            check_int(f"schedule.{phase}_max_predictions", predictions, 1)
+            if predictions > seq_len:
+                raise UserError(f"schedule.{phase}_max_predictions {predictions} exceeds "
+                                f"schedule.{phase}_seq_len {seq_len}")
+        if not self.short_rope_theta >= 0:
+            raise UserError(f"schedule.short_rope_theta must be >= 0 (0: the model's), got "
+                            f"{self.short_rope_theta}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,11 +246,12 @@ def _objective(config: Section) -> PretrainingObjective:
     if sbo and config.masking.strategy != "span":
         raise UserError("objective spanbert needs masking.strategy='span' (the span boundary "
                         f"objective predicts masked spans), got {config.masking.strategy!r}")
-    return PretrainingObjective(name, nsp, sbo, mode,
-                                electra.read(config) if name == "electra" else None)
+    generator = electra.read(config)  # checked whatever the objective: every value is
+    return PretrainingObjective(name, nsp, sbo, mode, generator if name == "electra" else None)
 
 
 def _check_loop(train: PretrainLoop) -> None:
+    check_int("train.seed", train.seed, 0)
     for key in ("steps", "batch_size", "accumulation_steps"):
         if int(getattr(train, key)) <= 0:
             raise UserError(f"train.{key} must be positive, got {getattr(train, key)}")

@@ -136,8 +136,14 @@ def model_spec(section: Section) -> ModelSpec:
     spec = ModelSpec(**{key: type(default)(values[key]) if type(default) in (int, float, str)
                         else values[key] for key, default in defaults(ModelSpec).items()})
     _check_attention(spec)
+    for key in ("rope_theta", "rope_local_theta"):  # used with rope only, checked always
+        if not getattr(spec, key) > 0:
+            raise UserError(f"model.{key} must be positive, got {getattr(spec, key)}")
     if not spec.from_checkpoint:
         spec.encoder(vocab_size=1000)  # refuses an unknown preset or a bad shape now, by name
+    else:  # the checkpoint gives the shape: the section's other values, checked on base's
+        base = {**dataclasses.asdict(spec), "preset": "base", **dict.fromkeys(SIZE_KEYS, 0)}
+        ModelSpec(**base).encoder(vocab_size=1000)
     return spec
 
 

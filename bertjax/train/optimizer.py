@@ -76,7 +76,9 @@ class OptimizerConfig:
         for name in ("b1", "b2"):
             if not 0 <= getattr(self, name) < 1:
                 raise UserError(f"optimizer.{name} must be in [0, 1), got {getattr(self, name)}")
-        for name in ("eps", "weight_decay", "clip_norm"):
+        if not self.eps > 0:  # Adam divides by sqrt(v) + eps: 0/0 where no gradient came yet
+            raise UserError(f"optimizer.eps must be positive, got {self.eps}")
+        for name in ("weight_decay", "clip_norm"):
             if getattr(self, name) < 0:
                 raise UserError(f"optimizer.{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.decay_fraction <= 1:
