@@ -21,7 +21,7 @@ from typing import Callable, TypeVar
 # plain logger that absl then keeps, and orbax's warnings would pass it as absl's own.
 from absl import logging as absl_logging  # noqa: F401
 
-from bertjax.core import storage, storage_deadline
+from bertjax.core import packaged, storage, storage_deadline
 from bertjax.core.errors import UserError, exit_on_user_error
 from bertjax.core.library_logs import quiet_routine_library_logs
 from bertjax.core.platforms import keep_off_absent_accelerators
@@ -41,12 +41,13 @@ def command(main: _F) -> _F:
     """Decorates a command's main: routine library logs quieted, a UserError one line on stderr
     and exit status 2 (a main that returns its status may catch UserError itself). JAX is kept
     off accelerators whose hardware is absent (`bertjax.core.platforms`), and every storage call
-    is bounded as a whole (`bertjax.core.storage_deadline`; BERTJAX_STORAGE_TIMEOUT is checked
-    before anything else)."""
+    is bounded as a whole (`bertjax.core.storage_deadline`; BERTJAX_STORAGE_TIMEOUT and
+    BERTJAX_CACHE are checked before anything else)."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
-        storage.timeout_seconds()
+        storage.timeout_seconds()  # the variables every command may use, checked first
+        packaged.cache_dir()
         keep_off_absent_accelerators()
         quiet_routine_library_logs()
         with storage_deadline.enforced(storage.timeout_seconds):
