@@ -59,13 +59,14 @@ def command(main: _F) -> _F:
     def ended(*args, **kwargs):
         # After a bucket stopped answering, the backends' worker threads may still be retrying
         # requests to it, and the interpreter's exit would wait for each: the command ends now.
+        before = storage.unanswering()
         try:
             status = reported(*args, **kwargs)
         except SystemExit as e:
-            if storage.any_unanswering():
+            if storage.unanswering() - before:
                 _exit_now(e.code)
             raise
-        if storage.any_unanswering():
+        if storage.unanswering() - before:
             _exit_now(status)
         return status
 
