@@ -24,12 +24,12 @@ import sys
 from bertjax.cli import entry
 from bertjax.core import output_dir, storage, transfer
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_files, hf_models, params_dir
+from bertjax.interop import hf_files, hf_models, hf_roberta, params_dir
 from bertjax.model.config import EncoderConfig
 
 # What a converted model holds: BertForPretraining(nsp=True) without the SpanBERT head.
 CONVERTED_HEADS = {"nsp": True, "sbo": False}
-UNTIED_DECODER = "cls.predictions.decoder.weight"
+UNTIED_DECODERS = ("cls.predictions.decoder.weight", "lm_head.decoder.weight")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,13 +65,16 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
     if imported.not_imported:
         notes.append(f"not imported (no counterpart in bertjax's pretraining model): "
                      f"{_names(imported.not_imported)}")
-    if UNTIED_DECODER in imported.not_imported:
+    if set(UNTIED_DECODERS) & set(imported.not_imported):
         notes.append(f"{hf_dir} has an MLM decoder that differs from the word embeddings; "
                      "bertjax ties the two, so its MLM scores will differ from this checkpoint's")
     info = {"task": "pretrain", "source": storage.absolute(source), "converted_from": "huggingface",
             "architectures": hf_config.get("architectures") or [],
             "initialized": imported.initialized}
-    params_dir.save(output, imported.params, imported.model, heads=CONVERTED_HEADS,
+    heads = dict(CONVERTED_HEADS)
+    if hf_roberta.is_roberta(hf_config):  # so that an export gives back the same model type
+        heads[hf_roberta.HEADS_KEY] = hf_config["model_type"]
+    params_dir.save(output, imported.params, imported.model, heads=heads,
                     tokenizer=tokenizer, info=info, overwrite=overwrite, sources=(source,))
     return imported.model, notes
 

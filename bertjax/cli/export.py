@@ -148,7 +148,7 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
             hf_files.write_model(directory, hf.config, hf.state_dict)
             if vocabulary is not None:
                 note = hf_files.write_tokenizer(
-                    directory, vocabulary, bundle.encoder.max_position_embeddings,
+                    directory, vocabulary, bundle.encoder.max_sequence_length,
                     fast=hf.config.get("model_type") == "modernbert")
                 notes += [note] if note and not subdir else []
     return notes + warnings
