@@ -22,6 +22,7 @@ from transformers import (AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokeniz
 
 import bertjax
 from bertjax.cli import convert, export
+from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.interop import hf_files, hf_models
 from bertjax.model.encoder import Encoder
@@ -218,3 +219,22 @@ def test_a_roberta_model_keeps_its_pooler(tmp_path):
     assert sorted(exported.state_dict) == sorted(theirs)
     for name, value in theirs.items():
         assert np.array_equal(exported.state_dict[name], value), name
+
+
+def test_given_positions_take_the_same_offset(converted):
+    """Packed rows give positions restarting at 0: each sequence is numbered from
+    pad_token_id + 1 as it would be alone; a sequence longer than the offset table allows is
+    refused by its length, not by max_position_embeddings."""
+    bundle = loading.load(converted["roberta"])
+    config, params = bundle.encoder, bundle.params["encoder"]
+    ids, mask = padded_batch(seed=3)
+    ids, mask = ids[:1], mask[:1]  # the unpadded row: positions 0..L-1 are its own
+    zeros = np.zeros_like(ids)
+    encoder = Encoder(config)
+    alone = encoder.apply({"params": params}, ids, zeros, mask).sequence
+    given = encoder.apply({"params": params}, ids, zeros, mask,
+                          positions=np.arange(ids.shape[1])[None]).sequence
+    np.testing.assert_array_equal(np.asarray(alone), np.asarray(given))
+    too_long = np.full((1, config.max_sequence_length + 1), 5, np.int32)
+    with pytest.raises(UserError, match="exceeds the 64 positions"):
+        encoder.apply({"params": params}, too_long, 0 * too_long, 1 + 0 * too_long)
