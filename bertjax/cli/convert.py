@@ -5,7 +5,9 @@
 HF_DIR holds config.json and model.safetensors (or pytorch_model.bin, read with
 torch.load(weights_only=True)), plus vocab.txt and tokenizer_config.json: what
 `save_pretrained` writes, e.g. a downloaded bert-base-uncased. Weight names with or without the
-`bert.` prefix are accepted. DIR is a params export (bertjax.json, params/, tokenizer/) holding
+`bert.` prefix are accepted. A RoBERTa or XLM-RoBERTa directory (model_type "roberta" /
+"xlm-roberta", its tokenizer.json carried) converts the same way, with RoBERTa's positions
+(model.positions_from_padding). DIR is a params export (bertjax.json, params/, tokenizer/) holding
 our pretraining model (encoder, MLM and NSP heads); the parts HF_DIR lacks (the heads of a bare
 BertModel) are initialized fresh and named on stderr. Start from it with
 
@@ -24,19 +26,20 @@ import sys
 from bertjax.cli import entry
 from bertjax.core import output_dir, storage, transfer
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_files, hf_models, params_dir
+from bertjax.interop import hf_files, hf_models, hf_roberta, params_dir
 from bertjax.model.config import EncoderConfig
 
 # What a converted model holds: BertForPretraining(nsp=True) without the SpanBERT head.
 CONVERTED_HEADS = {"nsp": True, "sbo": False}
-UNTIED_DECODER = "cls.predictions.decoder.weight"
+UNTIED_DECODERS = ("cls.predictions.decoder.weight", "lm_head.decoder.weight")
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = entry.ArgumentParser(prog="python -m bertjax.convert",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--from-hf", required=True, dest="from_hf",
-                        help="a Hugging Face BERT directory (config.json + weights)")
+                        help="a Hugging Face BERT, RoBERTa, XLM-RoBERTa or ModernBert "
+                        "directory (config.json + weights)")
     parser.add_argument("--output", required=True, help="the params export to create")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed for the parts the checkpoint lacks")
@@ -65,13 +68,16 @@ def convert(hf_dir: str, output: str, *, seed: int = 0, scan_layers: bool = True
     if imported.not_imported:
         notes.append(f"not imported (no counterpart in bertjax's pretraining model): "
                      f"{_names(imported.not_imported)}")
-    if UNTIED_DECODER in imported.not_imported:
+    if set(UNTIED_DECODERS) & set(imported.not_imported):
         notes.append(f"{hf_dir} has an MLM decoder that differs from the word embeddings; "
                      "bertjax ties the two, so its MLM scores will differ from this checkpoint's")
     info = {"task": "pretrain", "source": storage.absolute(source), "converted_from": "huggingface",
             "architectures": hf_config.get("architectures") or [],
             "initialized": imported.initialized}
-    params_dir.save(output, imported.params, imported.model, heads=CONVERTED_HEADS,
+    heads = dict(CONVERTED_HEADS)
+    if hf_roberta.is_roberta(hf_config):  # so that an export gives back the same model type
+        heads[hf_roberta.HEADS_KEY] = hf_config["model_type"]
+    params_dir.save(output, imported.params, imported.model, heads=heads,
                     tokenizer=tokenizer, info=info, overwrite=overwrite, sources=(source,))
     return imported.model, notes
 

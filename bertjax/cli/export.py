@@ -13,7 +13,7 @@ special_tokens_map.json) that transformers' `from_pretrained(OUT)` loads: BertFo
 a pretraining run (BertForMaskedLM without NSP), BertForSequenceClassification,
 BertForTokenClassification or BertForQuestionAnswering for a fine-tuned one; an ELECTRA run
 becomes ElectraForPreTraining (the discriminator) in OUT and ElectraForMaskedLM (the generator)
-in OUT/generator. What has no Hugging
+in OUT/generator; a converted RoBERTa / XLM-RoBERTa becomes (XLM)RobertaForMaskedLM again. What has no Hugging
 Face counterpart (the SpanBERT head, a CRF, a SentencePiece vocabulary) is named on stderr.
 OUT must not exist unless --overwrite; it appears whole or not at all.
 
@@ -148,7 +148,7 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
             hf_files.write_model(directory, hf.config, hf.state_dict)
             if vocabulary is not None:
                 note = hf_files.write_tokenizer(
-                    directory, vocabulary, bundle.encoder.max_position_embeddings,
+                    directory, vocabulary, bundle.encoder.max_sequence_length,
                     fast=hf.config.get("model_type") == "modernbert")
                 notes += [note] if note and not subdir else []
     return notes + warnings

@@ -68,7 +68,7 @@ class Runner:
         self.loaded = loaded
         self.config = dataclasses.replace(config, remat="none",
                                           **({"dtype": dtype} if dtype else {}))
-        limit = config.max_position_embeddings
+        limit = config.max_sequence_length
         self.max_seq_len = limit if max_seq_len is None else min(max_seq_len, limit)
         self.batch_size = int(batch_size)  # numpy's integers are accepted
         self.mesh = mesh if mesh is not None else make_mesh(1, 1, 1, devices=jax.devices()[:1])

@@ -41,6 +41,15 @@ def encoder_config_from_hf(hf_config: Mapping[str, Any], **overrides) -> Encoder
     model_type = hf_config.get("model_type", "bert")  # Google's bert_config.json has none
     if model_type != "bert":
         raise UserError(f"unsupported model_type {model_type!r}: only 'bert' is supported")
+    try:
+        return EncoderConfig(**{**bert_fields(hf_config), **overrides})
+    except TypeError as e:  # an unknown override
+        raise UserError(f"bad model setting: {e}") from None
+
+
+def bert_fields(hf_config: Mapping[str, Any]) -> dict:
+    """EncoderConfig fields from the BertConfig fields of a config.json (BERT's, or RoBERTa's,
+    which has the same ones), refusing what this encoder does not compute exactly."""
     position = hf_config.get("position_embedding_type", "absolute")
     if position != "absolute":
         raise UserError(f"unsupported position_embedding_type {position!r}: "
@@ -58,9 +67,5 @@ def encoder_config_from_hf(hf_config: Mapping[str, Any], **overrides) -> Encoder
         hidden_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob",
         layer_norm_eps="layer_norm_eps", initializer_range="initializer_range",
         pad_token_id="pad_token_id")
-    values = {ours: hf_config[theirs] for ours, theirs in fields.items()
-              if hf_config.get(theirs) is not None}
-    try:
-        return EncoderConfig(**{**values, **overrides})
-    except TypeError as e:  # an unknown override
-        raise UserError(f"bad model setting: {e}") from None
+    return {ours: hf_config[theirs] for ours, theirs in fields.items()
+            if hf_config.get(theirs) is not None}

@@ -66,6 +66,10 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> dict[str, HF
     if hf_modernbert.is_modern(model):
         raise UserError("transformers' ELECTRA is BERT's encoder: an ELECTRA run on ModernBERT's "
                         "architecture has no Hugging Face counterpart to export to")
+    if model.positions_from_padding:
+        raise UserError("transformers' ELECTRA numbers positions from 0: an ELECTRA run with "
+                        "model.positions_from_padding (RoBERTa's) has no Hugging Face "
+                        "counterpart to export to")
     params = meta.unbox(params)
     missing = [k for k in ("encoder", "generator", "generator_head", "discriminator_head")
                if k not in params]

@@ -16,7 +16,10 @@ BertForMaskedLM) is initialized fresh and named. Weight names and layouts are `h
 
 An encoder with ModernBERT's architecture (rotary positions, pre-norm, GeGLU) is exported as
 ModernBertForMaskedLM (ModernBertModel without the MLM head), and a ModernBert checkpoint
-imported likewise; its names, layouts and config are `hf_modernbert`'s.
+imported likewise; its names, layouts and config are `hf_modernbert`'s. An encoder with
+RoBERTa's positions (model.positions_from_padding) is exported as RobertaForMaskedLM or
+XLMRobertaForMaskedLM (the heads record which it was converted from; RobertaModel without the MLM
+head), and a RoBERTa or XLM-RoBERTa checkpoint imported likewise; `hf_roberta` renames.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from flax import traverse_util
 
 from bertjax.data.schema import zeros_batch
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_bert_config, hf_layout, hf_modernbert
+from bertjax.interop import hf_bert_config, hf_layout, hf_modernbert, hf_roberta
 from bertjax.model.config import EncoderConfig
 from bertjax.model.heads import BertForPretraining
 
@@ -67,6 +70,8 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
     """A bertjax checkpoint's parameters as the Hugging Face model its heads call for."""
     if hf_modernbert.is_modern(model):
         return _modernbert_to_hf(params, model, heads)
+    if model.positions_from_padding:
+        return _roberta_to_hf(params, model, heads)
     if heads.get("head"):
         return _finetuned_to_hf(params, model, heads)
     return _pretraining_to_hf(params, model, heads)
@@ -109,6 +114,26 @@ def _modernbert_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> 
     architecture = "ModernBertForMaskedLM" if "mlm" in params else "ModernBertModel"
     state = hf_modernbert.to_hf_state_dict(params, model, include_heads="mlm" in params)
     return HFModel(hf_modernbert.hf_config_dict(model, architecture), state, notes)
+
+
+def _roberta_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
+    model_type = heads.get(hf_roberta.HEADS_KEY, "roberta")
+    if heads.get("head"):
+        raise UserError(f"cannot export a fine-tuned {model_type} model to Hugging Face yet: "
+                        "only its encoder and MLM head have a mapping; export it with "
+                        "--format params")
+    params = nn.meta.unbox(params)
+    mlm = "mlm" in params
+    dropped = [words for part, words in (("nsp", "the NSP head"),
+                                         ("sbo", "the span boundary head (sbo)")) if part in params]
+    if mlm:  # RobertaForMaskedLM has no pooler
+        dropped.insert(0, "the pooler")
+    notes = [f"{', '.join(dropped)}: no counterpart in {model_type}'s "
+             f"{'masked LM' if mlm else 'model'}, not exported"] if dropped else []
+    state = hf_layout.to_hf_state_dict(params, model, nsp=False, include_heads=mlm)
+    state = hf_roberta.from_bert_names(state, with_pooler=not mlm)
+    architecture = hf_roberta.ARCHITECTURES[model_type][1 if mlm else 0]
+    return HFModel(hf_roberta.hf_config_dict(model, model_type, architecture), state, notes)
 
 
 def _finetuned_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
@@ -177,10 +202,12 @@ def check_architecture(hf_config: Mapping) -> None:
     encoder: the model type first, which names the family (an architecture judged against the
     wrong family's list would name the wrong thing)."""
     model_type = hf_config.get("model_type", "bert")  # Google's bert_config.json has none
-    if model_type not in ("bert", hf_modernbert.MODEL_TYPE):
+    if model_type not in ("bert", hf_modernbert.MODEL_TYPE, *hf_roberta.MODEL_TYPES):
         raise UserError(f"unsupported model_type {model_type!r}: bertjax reads BERT "
-                        f"(model_type 'bert') and ModernBERT ('{hf_modernbert.MODEL_TYPE}') "
-                        "encoders")
+                        f"(model_type 'bert'), ModernBERT ('{hf_modernbert.MODEL_TYPE}'), "
+                        "RoBERTa ('roberta') and XLM-RoBERTa ('xlm-roberta') encoders")
+    if hf_roberta.is_roberta(hf_config):
+        return hf_roberta.check_architectures(hf_config)
     modern = hf_modernbert.is_modernbert(hf_config)
     known = hf_modernbert.ARCHITECTURES if modern else BERT_ARCHITECTURES
     for architecture in hf_config.get("architectures") or []:
@@ -195,28 +222,35 @@ def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: b
     check_architecture(hf_config)
     if hf_modernbert.is_modernbert(hf_config):
         return _modernbert_from_hf(hf_config, state_dict, scan_layers, seed)
-    model = hf_bert_config.encoder_config_from_hf(hf_config, scan_layers=scan_layers)
+    model = encoder_config_from_hf(hf_config, scan_layers=scan_layers)
+    parts, name, theirs = _PARTS, str, {}  # how the report spells a part and a weight
+    if hf_roberta.is_roberta(hf_config):  # BERT's weights under other names
+        state_dict, theirs = hf_roberta.to_bert_names(state_dict)
+        parts, name = hf_roberta.PARTS, hf_roberta.their_name
     params, missing, unused = hf_layout.from_hf_state_dict(state_dict, model)
-    absent_parts = [part for part in _PARTS if any(n.startswith(part) for n in missing)]
-    encoder_missing = [n for n in missing if not n.startswith(tuple(_PARTS))]
+    unused = [theirs.get(n, n) for n in unused]
+    absent_parts = [part for part in parts if any(n.startswith(part) for n in missing)]
+    encoder_missing = [n for n in missing if not n.startswith(tuple(parts))]
     if encoder_missing:
         raise UserError(f"the weights lack {len(encoder_missing)} encoder parameters the config "
-                        f"calls for, e.g. {encoder_missing[0]} (does config.json describe these "
-                        "weights?)")
-    extra_encoder = [n for n in unused if n.startswith(_ENCODER_PREFIXES)]
+                        f"calls for, e.g. {name(encoder_missing[0])} (does config.json describe "
+                        "these weights?)")
+    extra_encoder = [n for n in unused if n.startswith((*_ENCODER_PREFIXES, "roberta."))]
     if extra_encoder:
         raise UserError(f"the weights hold {extra_encoder[0]}, which the config does not call "
                         f"for ({model.num_layers} layers): does config.json describe these "
                         "weights?")
     if absent_parts:
         params = _fill_in(params, model, seed)
-    return Imported(params, model, [_PARTS[p] for p in absent_parts], sorted(unused))
+    return Imported(params, model, [parts[p] for p in absent_parts], sorted(unused))
 
 
 def encoder_config_from_hf(hf_config: Mapping, **overrides) -> EncoderConfig:
-    """The encoder a Hugging Face config.json describes (BERT's or ModernBert's)."""
+    """The encoder a Hugging Face config.json describes (BERT's, RoBERTa's or ModernBert's)."""
     if hf_modernbert.is_modernbert(hf_config):
         return hf_modernbert.encoder_config_from_hf(hf_config, **overrides)
+    if hf_roberta.is_roberta(hf_config):
+        return hf_roberta.encoder_config_from_hf(hf_config, **overrides)
     return hf_bert_config.encoder_config_from_hf(hf_config, **overrides)
 
 

@@ -145,10 +145,10 @@ def prepare(s: FinetuneSettings, fresh: bool
         raise UserError(f"the labels of distill.teacher {s.distill.teacher} ({', '.join(labels)}) "
                         f"differ from the student's ({', '.join(data.task.labels)}); set "
                         "data.labels to the teacher's")
-    limit = teacher.require_encoder().max_position_embeddings
+    limit = teacher.require_encoder().max_sequence_length
     if s.task_settings.max_seq_len > limit:
         raise UserError(f"data.max_seq_len {s.task_settings.max_seq_len} exceeds the teacher's "
-                        f"max_position_embeddings {limit}")
+                        f"{limit} positions")
     began = time.perf_counter()
     logits = teacher_logits(teacher, data, s.mesh.make(), s.train.eval_batch_size)
     data.train_features.arrays = with_teacher_logits(data.task, data.train_features.arrays, logits)

@@ -124,6 +124,7 @@ def _check_model(s: PretrainSettings, source: loading.Loaded | None, required) -
     encoder = s.model.encoder(vocab_size, recorded=recorded)
     pretraining_model.generator_of(s, encoder)  # refuses a generator that does not fit
     longest = max(phase.seq_len for phase in s.schedule.phases)
-    if longest > encoder.max_position_embeddings:
+    if longest > encoder.max_sequence_length:
         raise UserError(f"schedule sequence length {longest} exceeds the model's "
-                        f"max_position_embeddings {encoder.max_position_embeddings}")
+                        f"{encoder.max_sequence_length} positions (max_position_embeddings "
+                        f"{encoder.max_position_embeddings})")

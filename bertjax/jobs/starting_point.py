@@ -52,9 +52,10 @@ def starting_point(s: FinetuneSettings, *, with_params: bool = True,
                         f"{tokenizer.vocab_size} tokens, the model from "
                         f"{s.init_checkpoint or 'the config'} embeds {encoder.vocab_size}; use "
                         "the checkpoint's own vocabulary")
-    if s.task_settings.max_seq_len > encoder.max_position_embeddings:
+    if s.task_settings.max_seq_len > encoder.max_sequence_length:
         raise UserError(f"data.max_seq_len {s.task_settings.max_seq_len} exceeds the model's "
-                        f"max_position_embeddings {encoder.max_position_embeddings}")
+                        f"{encoder.max_sequence_length} positions (max_position_embeddings "
+                        f"{encoder.max_position_embeddings})")
     return StartingPoint(encoder, tokenizer, source)
 
 

@@ -23,7 +23,8 @@ MLP_KINDS = ("gelu", "geglu")
 # (ARCHITECTURE_DEFAULTS, below the class). A record written before they existed lacks them, and
 # one that keeps BERT's values leaves them out (`record()`).
 ARCHITECTURE_FIELDS = ("position_embedding", "rope_theta", "rope_local_theta", "norm", "mlp",
-                       "use_bias", "norm_bias", "global_attention_every", "sliding_window")
+                       "use_bias", "norm_bias", "global_attention_every", "sliding_window",
+                       "positions_from_padding")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,11 @@ class EncoderConfig:
     norm_bias: bool = True
     global_attention_every: int = 1
     sliding_window: int = 0
+    # RoBERTa / XLM-R (Hugging Face's create_position_ids_from_input_ids): a token's position is
+    # pad_token_id + 1 + its index among the row's non-padding tokens, and padding sits at
+    # pad_token_id. The position table then has pad_token_id + 1 rows before the first token's,
+    # so max_position_embeddings counts them and a sequence holds `max_sequence_length` tokens.
+    positions_from_padding: bool = False
     # Compute and parameter dtypes are separate: bf16 matmuls with fp32 master weights. Softmax,
     # LayerNorm and the losses always run in fp32.
     dtype: str = "float32"
@@ -139,6 +145,15 @@ class EncoderConfig:
             if self.sliding_window:
                 self._check_theta("model.rope_local_theta", self.rope_local_theta,
                                   self.sliding_window)
+        if self.positions_from_padding:
+            if self.position_embedding != "learned":
+                raise UserError("model.positions_from_padding offsets a learned position table; "
+                                "rotary positions have none")
+            if self.max_sequence_length < 1:
+                raise UserError(f"model.positions_from_padding starts positions at "
+                                f"pad_token_id + 1 = {self.pad_token_id + 1}: "
+                                f"model.max_position_embeddings {self.max_position_embeddings} "
+                                "leaves no room for a token")
         if self.global_attention_every < 1:
             raise UserError(f"model.global_attention_every must be >= 1, got "
                             f"{self.global_attention_every}")
@@ -176,6 +191,12 @@ class EncoderConfig:
     def operand_dtype(self) -> str:
         """What the dense layers' matmuls multiply (their results are in `dtype`)."""
         return self.matmul_dtype or self.dtype
+
+    @property
+    def max_sequence_length(self) -> int:
+        """The longest sequence the position table covers (RoBERTa's offset taken off)."""
+        offset = self.pad_token_id + 1 if self.positions_from_padding else 0
+        return self.max_position_embeddings - offset
 
     @property
     def head_dim(self) -> int:

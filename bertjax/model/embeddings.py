@@ -17,7 +17,8 @@ HIDDEN_AXES = ("batch", "length", "embed")
 
 class Embeddings(nn.Module):
     """Word + learned position + segment embeddings, then LayerNorm and dropout. With rotary
-    positions there is no position table, and with model.type_vocab_size=0 no segment table."""
+    positions there is no position table, and with model.type_vocab_size=0 no segment table;
+    model.positions_from_padding numbers positions as RoBERTa does."""
 
     config: EncoderConfig
 
@@ -45,9 +46,10 @@ class Embeddings(nn.Module):
         added to them as to any token. `positions` [B, L]: each token's position (packed
         sequences restart at 0); 0..L-1 when not given."""
         length = input_ids.shape[1]
-        if length > self.config.max_position_embeddings:
-            raise UserError(f"sequence length {length} exceeds model.max_position_embeddings "
-                            f"{self.config.max_position_embeddings}")
+        if length > self.config.max_sequence_length:
+            raise UserError(f"sequence length {length} exceeds the "
+                            f"{self.config.max_sequence_length} positions of "
+                            f"model.max_position_embeddings {self.config.max_position_embeddings}")
         f32 = jnp.float32
         # Gather the fsdp-sharded hidden dimension before the lookups (as FSDP does for every
         # weight); a gather from a table sharded on its columns makes XLA rematerialize it whole.
@@ -59,9 +61,22 @@ class Embeddings(nn.Module):
                 raise UserError(f"a soft prompt of {n} vectors needs more than {length} positions")
             vectors = jnp.broadcast_to(prompt.astype(f32)[None], (word.shape[0], *prompt.shape))
             word = jnp.concatenate([word[:, :1], vectors, word[:, 1 + n:]], axis=1)
+        if self.config.positions_from_padding:
+            positions = self._positions_from_padding(input_ids, positions)
         x = self._add_segments_and_positions(word, segment_ids, positions)
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
         return nn.with_logical_constraint(x.astype(self.config.dtype), HIDDEN_AXES)
+
+    def _positions_from_padding(self, input_ids: Array, positions: Array | None) -> Array:
+        """RoBERTa's positions (config.positions_from_padding): counted over the row's
+        non-padding ids from pad_token_id + 1, padding at pad_token_id. Hugging Face counts
+        from the ids, not the attention mask, and so does this. Given positions (packed rows,
+        restarting at 0) are shifted by the same offset."""
+        pad = self.config.pad_token_id
+        if positions is not None:
+            return positions + pad + 1
+        tokens = (input_ids != pad).astype(jnp.int32)
+        return jnp.cumsum(tokens, axis=1) * tokens + pad
 
     def _add_segments_and_positions(self, x: Array, segment_ids: Array,
                                     positions: Array | None) -> Array:

@@ -78,6 +78,8 @@ class ModelSpec:
     norm_bias: bool = _encoder("norm_bias")  # biases in the LayerNorms
     global_attention_every: int = _encoder("global_attention_every")  # from layer 0
     sliding_window: int = _encoder("sliding_window")  # the other layers' width (0: all global)
+    # RoBERTa's positions: from pad_token_id + 1 over the non-padding tokens (model/config.py)
+    positions_from_padding: bool = _encoder("positions_from_padding")
 
     @property
     def from_checkpoint(self) -> bool:

@@ -95,8 +95,8 @@ def _edit_json(name: str, edit: Callable[[dict], None]) -> Callable[[str], None]
     return change
 
 
-def _roberta(config: dict) -> None:
-    config.update(architectures=["RobertaForMaskedLM"], model_type="roberta")
+def _gpt2(config: dict) -> None:
+    config.update(architectures=["GPT2LMHeadModel"], model_type="gpt2")
 
 
 def _truncate(name: str) -> Callable[[str], None]:
@@ -518,7 +518,7 @@ CASES = [
     Case("convert-output-exists", CONVERT, ("--from-hf", "{hf}", "--output", "{tmp}/out"),
          "already exists", setup=_write("out/bertjax.json", "{}\n")),
     Case("convert-another-architecture", CONVERT, ("--from-hf", "{tmp}/wd", "--output", "{new}"),
-         "unsupported model_type 'roberta'", setup=_copy("hf", _edit_json("config.json", _roberta))),
+         "unsupported model_type 'gpt2'", setup=_copy("hf", _edit_json("config.json", _gpt2))),
     Case("convert-config-not-json", CONVERT, ("--from-hf", "{tmp}/wd", "--output", "{new}"),
          "config.json", setup=_copy("hf", _garbage("config.json"))),
     Case("convert-truncated-weights", CONVERT, ("--from-hf", "{tmp}/wd", "--output", "{new}"),
