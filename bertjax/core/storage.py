@@ -165,8 +165,8 @@ def reported(url: str, doing: str) -> Iterator[None]:
         raise UserError(f"cannot {doing} {url}: the storage server did not answer within "
                         f"{timeout_seconds():.0f}s (BERTJAX_STORAGE_TIMEOUT)") from None
     except (ConnectionError, OSError) as e:
-        if isinstance(e, ConnectionError):
-            mark_unanswering(url)
+        if isinstance(e, ConnectionRefusedError) or type(e).__name__ == "ClientConnectorError":
+            mark_unanswering(url)  # nothing listens there: a server gone, not a hiccup
         raise UserError(f"cannot {doing} {url}: {_first_line(e)}") from None
     except Exception as e:  # the backends' own error classes (HttpError, auth errors, aiohttp)
         if _is_credentials_error(e):

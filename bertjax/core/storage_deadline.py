@@ -190,7 +190,7 @@ def _end_command(call: _Call) -> None:
                 item.clean_up()
     line = (f"cannot {call.doing} {call.url}: the storage server did not answer within "
             f"{_timeout_s():g}s (BERTJAX_STORAGE_TIMEOUT)")
-    line = "; ".join([line] + [item.note for item in notes])
+    line = "; ".join([line] + list(dict.fromkeys(item.note for item in notes)))
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     os.write(2, f"bertjax: error: {' '.join(line.split())}\n".encode())

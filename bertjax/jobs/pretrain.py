@@ -48,8 +48,10 @@ def _run(given: PretrainSettings, inputs: remote_inputs.LocalInputs, workdir: st
     required = _required_tokenizer(s, source)
     _check_model(s, source, required)
     pretraining_data.check_existing(s, run_dir.path, required)
-    if jax.process_index() == 0:  # the process that prepares a missing corpus
-        pretraining_data.check_inputs(s, run_dir.path)
+    # The process that prepares a missing corpus checks what it would read; the others wait
+    # for its verdict (a refusal on process 0 alone would leave them waiting for it).
+    distributed.run_on_process_zero(lambda: pretraining_data.check_inputs(s, run_dir.path),
+                                    "checking the corpus inputs")
     if source is not None and not done:  # a resumed run has its own parameters
         source = loading.load(s.init_checkpoint)
     with run_dir:

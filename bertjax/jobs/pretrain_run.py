@@ -4,11 +4,12 @@ loop with its hooks (log, eval, checkpoint); at the end, curves and where the ou
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import jax
 
-from bertjax.core import storage
+from bertjax.core import storage, storage_deadline
 from bertjax.core.errors import UserError
 from bertjax.inference import api, loading
 from bertjax.jobs import common, pretrain_fit, pretraining_model
@@ -227,17 +228,18 @@ class PretrainRun:
         # A workdir on a bucket gets the lines logged so far before the checkpoint exists: a run
         # killed once it is saved resumes from it with every line up to it.
         self.writer.flush()
-        try:
+        # On a bucket, a failure here (an error, or the storage deadline ending the command)
+        # says what stays restorable.
+        unsaved = contextlib.nullcontext()
+        if self.run_dir.remote:
+            unsaved = storage_deadline.unfinished(checkpoint_deadlines.unsaved(
+                step, self.checkpointer.directory, self.checkpointer.latest_step()))
+        with unsaved:
             self.run_dir.push()
             data_state = self.batches.get_state()
             if self.s.train.time_budget_minutes or self.s.train.checkpoint_every_minutes:
                 data_state = {**data_state, time_budget.SPENT_KEY: self.clock.spent()}
             self.checkpointer.save(step, state, data_state, metrics=metrics)
-        except UserError as e:
-            if not self.run_dir.remote:
-                raise
-            raise UserError(f"{e}; " + checkpoint_deadlines.unsaved(
-                step, self.checkpointer.directory, self.checkpointer.latest_step())) from None
 
 
 def filled_masks(workdir: str, examples: str) -> str:
