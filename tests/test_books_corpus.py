@@ -97,8 +97,7 @@ def test_no_headings_verse_numbers_markup_or_licence_text(corpus):
 def test_the_name_is_an_input_in_the_sentences_layout(corpus):
     path = books_corpus.books_corpus_path()
     assert inputs.resolve_inputs([inputs.BOOKS_INPUT]) == [path]
-    fields = {f.name: None for f in dataclasses.fields(CorpusSettings)}
-    settings = CorpusSettings(**{**fields, "input": " demo:books+wiki ", "input_format": "paragraphs"})
+    settings = CorpusSettings(input=" demo:books+wiki ", input_format="paragraphs")
     assert settings.inputs() == ([inputs.BOOKS_INPUT], "sentences")
     with pytest.raises(UserError, match="a demo corpus: demo:wikipedia, demo:bible\\+wiki, "
                                         "demo:books, demo:books\\+wiki"):
