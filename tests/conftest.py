@@ -198,23 +198,11 @@ def gcs():
     storage code then goes there without credentials, and gives up on a request after 60 s (the
     emulator answers one request at a time: under a loaded suite a request can queue behind a
     checkpoint's hundreds of array writes)."""
-    from gcs_emulator import GcsEmulator
+    from gcs_emulator import GcsEmulator, environment_of
 
-    names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_CLOUD_PROJECT",
-             "BERTJAX_STORAGE_TIMEOUT")
-    saved = {name: os.environ.get(name) for name in names}
-    with GcsEmulator() as emulator:
-        os.environ.update(emulator.env())
-        os.environ["BERTJAX_STORAGE_TIMEOUT"] = "60"
+    with GcsEmulator() as emulator, environment_of(emulator, 60):
         storage.bound_gcs_requests()  # fsspec's gs options (anonymous, 60 s), for gcsfs users too
-        try:
-            yield emulator
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        yield emulator
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ A server that lacks operations: `GcsEmulator(refuse=("rewriteTo", "moveTo", "cop
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -64,6 +65,25 @@ def emulator_env(host: str) -> dict[str, str]:
         # Read when gcsfs is imported.
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
     }
+
+
+@contextlib.contextmanager
+def environment_of(emulator: "GcsEmulator", timeout_s: float):
+    """os.environ pointing at `emulator` (child processes inherit it), with
+    BERTJAX_STORAGE_TIMEOUT=`timeout_s`; the variables it changed put back afterwards."""
+    names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_CLOUD_PROJECT",
+             "BERTJAX_STORAGE_TIMEOUT")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(emulator.env())
+    os.environ["BERTJAX_STORAGE_TIMEOUT"] = str(timeout_s)
+    try:
+        yield emulator
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 class GcsEmulator:

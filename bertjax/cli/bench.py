@@ -32,7 +32,7 @@ from bertjax.bench.jax_step import JaxStep, Workload, process_peak_rss
 from bertjax.bench.torch_peer import TorchStep, check_objective, peer_libraries
 from bertjax.cli import entry
 from bertjax.cli.config_flags import parse_config
-from bertjax.core import output_dir, storage
+from bertjax.core import json_records, output_dir, storage
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, report
 from bertjax.settings import FinetuneSettings, PretrainSettings
 from bertjax.settings import pretrain as pretrain_settings
@@ -103,11 +103,10 @@ def read_settings(task: str, config) -> PretrainSettings | FinetuneSettings:
 
 def _is_report(path: str) -> bool:
     try:
-        with open(path, encoding="utf-8") as f:
-            found = json.load(f)
-    except (OSError, ValueError):
+        found = json_records.read_object(path)
+    except json_records.NotAnObject:
         return False
-    return isinstance(found, dict) and ("tokens_per_s" in found or "epochs" in found)
+    return "tokens_per_s" in found or "epochs" in found
 
 
 # What --json writes, and so the only file it replaces (a report of an earlier benchmark).

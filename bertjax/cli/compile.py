@@ -26,7 +26,7 @@ from bertjax.aot.minimum_bytes import minimum_bytes
 from bertjax.aot.pretrain_step import PretrainTarget
 from bertjax.cli import entry
 from bertjax.cli.config_flags import overridden_keys, parse_config
-from bertjax.core import output_dir
+from bertjax.core import json_records, output_dir
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError
 from bertjax.core.errors import report as report_error
 from bertjax.settings import PretrainSettings
@@ -37,11 +37,10 @@ USAGE = ("python -m bertjax.compile --config=FILE --topology=SLICE [--num-slices
 
 def _is_report(path: str) -> bool:
     try:
-        with open(path, encoding="utf-8") as f:
-            found = json.load(f)
-    except (OSError, ValueError):
+        found = json_records.read_object(path)
+    except json_records.NotAnObject:
         return False
-    return isinstance(found, dict) and {"topology", "phases"} <= found.keys()
+    return {"topology", "phases"} <= found.keys()
 
 
 # What --json writes, and so the only file --overwrite replaces.

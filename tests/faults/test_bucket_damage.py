@@ -18,7 +18,7 @@ import pytest
 from bertjax.core import storage, transfer
 from bertjax.inference import loading
 from bertjax.train.bucket_lock import BucketLock
-from gcs_emulator import GcsEmulator
+from gcs_emulator import GcsEmulator, environment_of
 from pretrain_runs import SHORT, run_child, run_cli, tiny_args
 
 pytestmark = pytest.mark.gcs
@@ -34,21 +34,9 @@ GARBAGE = b"\x00\xff garbage {{{ not json"
 def server():
     """A server of its own that lacks rewrite, move and copy, with os.environ pointing at it
     (the children inherit it) while the module runs."""
-    names = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL", "GOOGLE_CLOUD_PROJECT",
-             "BERTJAX_STORAGE_TIMEOUT")
-    saved = {name: os.environ.get(name) for name in names}
-    with GcsEmulator(refuse=REFUSED) as emulator:
-        os.environ.update(emulator.env())
-        os.environ["BERTJAX_STORAGE_TIMEOUT"] = str(TIMEOUT_S)
+    with GcsEmulator(refuse=REFUSED) as emulator, environment_of(emulator, TIMEOUT_S):
         storage.bound_gcs_requests()
-        try:
-            yield emulator
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+        yield emulator
 
 
 @pytest.fixture(scope="module")
