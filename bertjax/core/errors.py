@@ -23,6 +23,10 @@ _V = TypeVar("_V")
 class UserError(ValueError):
     """A problem with the user's input, files or config, reported without a traceback."""
 
+    # True when the line already says what a failed write left half-written, and where
+    # (bertjax.core.storage_deadline.unfinished adds that account otherwise).
+    says_what_is_left = False
+
 
 def check_choice(setting: str, value: _V, choices: Collection, *, unknown: bool = False) -> _V:
     """`value`, if it is one of `choices`; else the UserError "masking.strategy must be one of

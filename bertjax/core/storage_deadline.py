@@ -63,6 +63,8 @@ _local = threading.local()  # the calls the current thread is inside, innermost 
 _enforcing = 0  # how many commands of this process enforce deadlines (nested in tests)
 _watchdog: threading.Thread | None = None
 _timeout_s: Callable[[], float] = lambda: 30.0
+# How a bucket that stopped answering is reported, whichever way it was noticed.
+NO_ANSWER = "the storage server did not answer within {:g}s (BERTJAX_STORAGE_TIMEOUT)"
 
 
 @contextlib.contextmanager
@@ -147,6 +149,8 @@ def unfinished(text: str, clean_up: Callable[[], None] | None = None) -> Iterato
     try:
         yield
     except UserError as e:
+        if e.says_what_is_left:
+            raise
         raise UserError(f"{e}; {text}") from None
     finally:
         drop(token)
@@ -188,8 +192,7 @@ def _end_command(call: _Call) -> None:
         if item.clean_up is not None:
             with contextlib.suppress(Exception):
                 item.clean_up()
-    line = (f"cannot {call.doing} {call.url}: the storage server did not answer within "
-            f"{_timeout_s():g}s (BERTJAX_STORAGE_TIMEOUT)")
+    line = f"cannot {call.doing} {call.url}: {NO_ANSWER.format(_timeout_s())}"
     line = "; ".join([line] + list(dict.fromkeys(item.note for item in notes)))
     with contextlib.suppress(Exception):
         sys.stdout.flush()

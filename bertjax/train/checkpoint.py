@@ -31,7 +31,8 @@ from jax.experimental import multihost_utils
 from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.train import checkpoint_faults as faults
-from bertjax.train.checkpoint_deadlines import CheckpointDeadlines, storage_fault, tree_bytes
+from bertjax.train.checkpoint_deadlines import (CheckpointDeadlines, storage_fault, tree_bytes,
+                                               unsaved)
 from bertjax.train.checkpoint_faults import CheckpointWriteError  # noqa: F401 (re-exported)
 from bertjax.train.metrics_log import NonFiniteLossError
 from bertjax.train.orbax_arrays import split_only_large_arrays
@@ -89,6 +90,7 @@ class Checkpointer:
         handlers = {"state": ocp.StandardCheckpointHandler(use_ocdbt=ocdbt),
                     "data": ocp.JsonCheckpointHandler()}
         self._saving_step: int | None = None  # the step whose write may still be in flight
+        self._restorable: int | None = None  # the newest saved step when that write started
         self._failure: CheckpointWriteError | None = None
         self._skipped: set[int] = set()  # unreadable steps a read-only checkpointer passes over
         try:
@@ -131,6 +133,7 @@ class Checkpointer:
             return False
         self._saving_step = step
         restorable, nbytes = self.latest_step(), tree_bytes(state)
+        self._restorable = restorable
         with self._write_errors(), self._deadlines.call(f"write checkpoint {step} to", nbytes):
             started = self._manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state)),
@@ -262,8 +265,11 @@ class Checkpointer:
                 faults.remove_partial_save(self.directory, step)
             with contextlib.suppress(Exception):
                 self._manager.reload()  # forget the step that never made it to disk
-            self._failure = CheckpointWriteError(
-                faults.describe_write_failure(step, self.directory, reason))
+            line = faults.describe_write_failure(step, self.directory, reason)
+            if self._deadlines.remote:  # the same account the storage deadline gives
+                line += "; " + unsaved(step, self.directory, self._restorable)
+            self._failure = CheckpointWriteError(line)
+            self._failure.says_what_is_left = self._deadlines.remote
             raise self._failure from None
 
     def _state_metadata(self, step: int) -> Any:

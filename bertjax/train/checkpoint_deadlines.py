@@ -70,9 +70,6 @@ _STORAGE_FAULT_TEXTS = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "Timeout was reached
                         "timed out", "Cannot connect to host")
 
 
-_NO_ANSWER = "the storage server did not answer within {:g}s (BERTJAX_STORAGE_TIMEOUT)"
-
-
 def storage_fault(error: BaseException) -> str | None:
     """Why a read failed, when the storage server (not the checkpoint) is to blame: a checkpoint
     read during an outage must not be taken for a damaged one and set aside."""
@@ -81,9 +78,9 @@ def storage_fault(error: BaseException) -> str | None:
         if isinstance(seen, (TimeoutError, ConnectionError)) or \
                 type(seen).__name__ in ("FSTimeoutError", "ClientConnectorError",
                                         "ServerTimeoutError", "ServerDisconnectedError"):
-            return _NO_ANSWER.format(storage.timeout_seconds())
+            return storage_deadline.NO_ANSWER.format(storage.timeout_seconds())
         text = str(seen)
         if any(marker in text for marker in _STORAGE_FAULT_TEXTS):
-            return _NO_ANSWER.format(storage.timeout_seconds())
+            return storage_deadline.NO_ANSWER.format(storage.timeout_seconds())
         seen = seen.__cause__ or seen.__context__
     return None

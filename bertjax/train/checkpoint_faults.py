@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.core import library_logs, storage
+from bertjax.core import library_logs, storage, storage_deadline
 from bertjax.core.errors import UserError
 
 COMMIT_MARKER = "commit_success.txt"  # what Orbax writes last into a step on a bucket
@@ -49,7 +49,7 @@ def write_failure_reason(error: BaseException) -> str | None:
         if isinstance(seen, OSError) and seen.errno:
             return os.strerror(seen.errno)
         if isinstance(seen, TimeoutError):  # a bucket's requests are bounded (core/storage.py)
-            return "the storage server did not answer in time"
+            return storage_deadline.NO_ANSWER.format(storage.timeout_seconds())
         if isinstance(seen, ConnectionError) or type(seen).__name__.startswith("ClientConnector"):
             return "the storage server cannot be reached"
         text = str(seen)
