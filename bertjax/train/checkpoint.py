@@ -24,15 +24,14 @@ import sys
 from typing import Any
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from bertjax.core import storage
 from bertjax.core.errors import UserError
 from bertjax.train import checkpoint_faults as faults
-from bertjax.train.checkpoint_deadlines import (CheckpointDeadlines, storage_fault, tree_bytes,
-                                               unsaved)
+from bertjax.train import checkpoint_reading as reading
+from bertjax.train.checkpoint_deadlines import CheckpointDeadlines, tree_bytes, unsaved
 from bertjax.train.checkpoint_faults import CheckpointWriteError  # noqa: F401 (re-exported)
 from bertjax.train.metrics_log import NonFiniteLossError
 from bertjax.train.orbax_arrays import split_only_large_arrays
@@ -59,10 +58,6 @@ def latest_step(workdir: str) -> int | None:
     except Exception as e:  # a damaged directory is reported, not a traceback
         raise UserError(f"cannot list the checkpoints in {checkpoint_dir(workdir)}: "
                         f"{faults.short_reason(e)}") from None
-
-
-class _Unreadable(Exception):
-    """A checkpoint that is damaged on disk (as opposed to one of another model)."""
 
 
 class Checkpointer:
@@ -175,8 +170,9 @@ class Checkpointer:
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
         """The state at `step`, laid out as `abstract_state` says (ShapeDtypeStructs with shardings)."""
         try:
-            return self._restore_checked(step, abstract_state)
-        except _Unreadable as e:
+            return reading.restore_checked(self._manager, self._deadlines, step,
+                                           abstract_state)
+        except reading.Unreadable as e:
             raise UserError(f"checkpoint {step} in {self.directory} is unreadable ({e})") from None
 
     def restore_latest(self, abstract_state: Any) -> tuple[int, Any, dict] | None:
@@ -189,10 +185,11 @@ class Checkpointer:
         for step in sorted(self.all_steps(), reverse=True):
             reason = None
             try:
-                state, data = self._restore_checked(step, abstract_state)
-            except _Unreadable as e:
+                state, data = reading.restore_checked(self._manager, self._deadlines, step,
+                                           abstract_state)
+            except reading.Unreadable as e:
                 reason = str(e)
-            reason = _agreed_failure(reason)
+            reason = reading.agreed_failure(reason)
             if reason is None:
                 self._report_fallbacks(failures, step)
                 return step, state, data
@@ -212,8 +209,8 @@ class Checkpointer:
         can be refused before it spends minutes compiling."""
         for step in sorted(self.all_steps(), reverse=True):
             try:
-                saved = self._state_metadata(step)
-            except _Unreadable:  # restore_latest sets it aside and tries the next
+                saved = reading.state_metadata(self._manager, self._deadlines, step)
+            except reading.Unreadable:  # restore_latest sets it aside and tries the next
                 continue
             faults.check_compatible(saved, abstract_state, self.directory)
             return
@@ -272,45 +269,6 @@ class Checkpointer:
             self._failure.says_what_is_left = self._deadlines.remote
             raise self._failure from None
 
-    def _state_metadata(self, step: int) -> Any:
-        """The saved state's tree of array metadata; _Unreadable when it does not read."""
-        try:
-            with self._deadlines.call(f"read checkpoint {step} from"):
-                saved = self._manager.item_metadata(step)["state"]
-        except KeyError:
-            raise _Unreadable("its state item is missing") from None
-        except Exception as e:
-            self._refuse_storage_fault(step, e)
-            raise _Unreadable(f"metadata: {faults.short_reason(e)}") from None
-        if saved is None:
-            raise _Unreadable("metadata: state/_METADATA is missing")
-        return saved
-
-    def _restore_checked(self, step: int, abstract_state: Any) -> tuple[Any, dict]:
-        """Restores `step`; raises _Unreadable for damage and UserError for another model."""
-        faults.check_compatible(self._state_metadata(step), abstract_state, self.directory)
-        try:
-            with self._deadlines.call(f"read checkpoint {step} from", tree_bytes(abstract_state)):
-                restored = self._manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(abstract_state),
-                    data=ocp.args.JsonRestore()))
-        except (UserError, MemoryError):
-            raise
-        except Exception as e:
-            if "RESOURCE_EXHAUSTED: Out of memory" in str(e):  # the device's fault, not the file's
-                raise
-            self._refuse_storage_fault(step, e)
-            raise _Unreadable(faults.short_reason(e)) from None
-        return restored["state"], dict(restored["data"] or {})
-
-    def _refuse_storage_fault(self, step: int, error: Exception) -> None:
-        reason = storage_fault(error) if self._deadlines.remote else None
-        if reason:
-            storage.mark_unanswering(self.directory)
-            raise UserError(f"cannot read checkpoint {step} from {self.directory}: {reason}; "
-                            "nothing was set aside: run the same command again once the "
-                            "storage answers") from None
-
     def _move_aside(self, step: int, what: str, suffix: str = faults.UNREADABLE_SUFFIX, *,
                     reason: str) -> str:
         """Sets `step` aside (process 0); the note a line about it adds ("" when nothing moved)."""
@@ -340,16 +298,6 @@ class Checkpointer:
         for bad, reason, where in failures:
             print(f"checkpoint {bad} is unreadable ({reason}); {verb} {step}{where}",
                   file=sys.stderr, flush=True)
-
-
-def _agreed_failure(reason: str | None) -> str | None:
-    """Every process must fall back together: one failed read makes the step unreadable for all."""
-    if jax.process_count() == 1:
-        return reason
-    failed = multihost_utils.process_allgather(np.int32(reason is not None))
-    if reason is None and np.any(failed):
-        return "unreadable on another process"
-    return reason
 
 
 def _sync_processes(name: str) -> None:
