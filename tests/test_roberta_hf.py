@@ -28,6 +28,8 @@ from bertjax.interop import hf_files, hf_models
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 from cli_checks import run_cli
+from pretrain_runs import REPO
+from pretrain_runs import run_cli as run_module
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +119,8 @@ def our_outputs(params, config, ids, mask):
     encoder = Encoder(config, all_layers=True)
     layers = jax.jit(lambda p: encoder.apply({"params": p}, ids, zeros, mask).layers)(
         params["encoder"])
-    logits = jax.jit(lambda p, b: BertForPretraining(config).apply({"params": p}, b))(
+    heads = BertForPretraining(config, nsp="nsp" in params)
+    logits = jax.jit(lambda p, b: heads.apply({"params": p}, b))(
         params, {k: jnp.asarray(v) for k, v in batch.items()})["mlm_logits"]
     return np.asarray(layers), np.asarray(logits)
 
@@ -238,3 +241,72 @@ def test_given_positions_take_the_same_offset(converted):
     too_long = np.full((1, config.max_sequence_length + 1), 5, np.int32)
     with pytest.raises(UserError, match="exceeds the 64 positions"):
         encoder.apply({"params": params}, too_long, 0 * too_long, 1 + 0 * too_long)
+
+
+def _corpus_text(path) -> str:
+    """60 short documents of 5 sentences drawn from a small word list."""
+    rng = np.random.default_rng(0)
+    words = ("the cat sat on a mat and dogs run in parks while rain falls over green hills "
+             "near old towns").split()
+    with open(path, "w") as f:
+        for _ in range(60):
+            for _ in range(5):
+                f.write(" ".join(rng.choice(words, 12)).capitalize() + ".\n")
+            f.write("\n")
+    return str(path)
+
+
+def _roberta_run(workdir, text, *settings):
+    done = run_module("bertjax.main", f"--config={REPO}/configs/roberta.py",
+                      f"--workdir={workdir}", f"--config.data.input={text}",
+                      "--config.train.steps=2", "--config.train.batch_size=4",
+                      "--config.schedule.long_seq_len=32",
+                      "--config.schedule.long_max_predictions=5",
+                      "--config.optimizer.warmup_steps=0", *settings)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_continued_pretraining_keeps_the_imported_mlm_head(hf_dirs, converted, tmp_path):
+    """"Continue pretraining roberta-base on my domain": the run starts from every imported
+    weight, the MLM head included, in the source's layout. With a learning rate too small to
+    move a float32 weight, its export is the source, bit for bit."""
+    workdir = str(tmp_path / "run")
+    _roberta_run(workdir, _corpus_text(tmp_path / "text.txt"),
+                 f"--config.init_checkpoint={converted['roberta']}",
+                 "--config.model.preset=from_checkpoint", "--config.optimizer.learning_rate=1e-30")
+    out = str(tmp_path / "hf")
+    done = run_module("bertjax.export", "--workdir", workdir, "--format", "hf", "--output", out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours, theirs = weights(out), weights(hf_dirs["roberta"][1])
+    assert sorted(ours) == sorted(theirs)
+    for name in theirs:
+        assert np.array_equal(ours[name], theirs[name]), name
+
+
+def test_a_roberta_layout_run_exports_as_roberta(tmp_path):
+    """A RoBERTa-objective run with RoBERTa's positions (model.positions_from_padding) and its own
+    WordPiece vocabulary loads in RobertaForMaskedLM with every weight and computes its logits."""
+    workdir = str(tmp_path / "run")
+    _roberta_run(workdir, _corpus_text(tmp_path / "text.txt"), "--config.model.preset=tiny",
+                 "--config.model.positions_from_padding=true", "--config.data.vocab_size=300")
+    out = str(tmp_path / "hf")
+    done = run_module("bertjax.export", "--workdir", workdir, "--format", "hf", "--output", out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    bundle = loading.load(workdir)
+    special = bundle.tokenizer().special
+    reloaded, info = AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True,
+                                                          attn_implementation="eager")
+    assert type(reloaded) is RobertaForMaskedLM and not any(info.values()), info
+    config = reloaded.config
+    assert (config.pad_token_id, config.bos_token_id, config.eos_token_id) == (
+        special.pad, special.cls, special.sep)
+    rng = np.random.default_rng(1)
+    lengths = (20, 13, 7)
+    ids = np.full((3, 20), special.pad, np.int32)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(5, bundle.encoder.vocab_size, length)
+    mask = (ids != special.pad).astype(np.int32)
+    _, logits = our_outputs(bundle.params, bundle.encoder, ids, mask)
+    _, hf_logits = hf_outputs(reloaded.eval(), ids, mask)
+    real = mask.astype(bool)  # padding's positions differ by design (pad_token_id's row)
+    np.testing.assert_allclose(logits[real], hf_logits[real], atol=1e-4, rtol=1e-4)

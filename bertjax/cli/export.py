@@ -35,7 +35,7 @@ from bertjax.cli import entry
 from bertjax.core import output_dir, storage
 from bertjax.core.errors import UserError
 from bertjax.inference import loading
-from bertjax.interop import adapters_dir, hf_electra, hf_files, hf_models, params_dir
+from bertjax.interop import adapters_dir, hf_electra, hf_files, hf_models, hf_roberta, params_dir
 from bertjax.model import adaptation
 
 FORMATS = ("params", "hf", "adapters")
@@ -145,7 +145,12 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
         for subdir, hf in models.items():
             directory = os.path.join(staging, subdir)
             os.makedirs(directory, exist_ok=True)
-            hf_files.write_model(directory, hf.config, hf.state_dict)
+            config = hf.config
+            if vocabulary is not None and hf_roberta.is_roberta(config):
+                # A text is framed by the vocabulary's own [CLS]/<s> and [SEP]/</s>.
+                config = {**config, "bos_token_id": vocabulary.special.cls,
+                          "eos_token_id": vocabulary.special.sep}
+            hf_files.write_model(directory, config, hf.state_dict)
             if vocabulary is not None:
                 note = hf_files.write_tokenizer(
                     directory, vocabulary, bundle.encoder.max_sequence_length,
