@@ -73,14 +73,20 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _beam_writer(args: argparse.Namespace) -> BeamWriter | None:
     """The pipeline's writer, its options checked, before anything is written; None without
-    --runner. Its workers write where the output is: a URL would be this host's copy."""
+    --runner. Its workers read the inputs and write the output where they are: filesystem
+    paths they all see (a URL would name this host's copy)."""
     if args.runner is None:
         return None
-    named = [p for p in [args.output, *args.input.split(",")] if storage.is_url(p.strip())]
+    writer = BeamWriter(args.runner, args.beam_flags)
+    named = [p.strip() for p in [args.output, *args.input.split(",")] if storage.is_url(p.strip())]
     if named:
-        raise UserError(f"--runner reads and writes paths every worker sees, not URLs "
-                        f"({named[0].strip()}): prepare without --runner, or on a shared filesystem")
-    return BeamWriter(args.runner, args.beam_flags)
+        raise UserError(f"--runner reads and writes filesystem paths every worker sees, not URLs "
+                        f"({named[0]}): prepare without --runner, or on a shared filesystem")
+    if args.runner == "dataflow":
+        raise UserError("Dataflow's workers see Cloud Storage only, and --runner reads and "
+                        "writes filesystem paths: use --runner=direct, or flink or spark with "
+                        "a filesystem every worker shares")
+    return writer
 
 
 def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]) -> Tokenizer:

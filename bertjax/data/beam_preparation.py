@@ -27,6 +27,7 @@ import json
 import logging
 import operator
 import os
+import re
 from typing import Iterator, Sequence
 
 from bertjax.core import extras
@@ -43,6 +44,8 @@ RUNNERS = {"direct": "apache_beam.runners.portability.fn_api_runner.FnApiRunner"
            "dataflow": "DataflowRunner", "flink": "FlinkRunner", "spark": "SparkRunner"}
 SOURCE_STATS = ".beam-source-stats.json"
 _STATS_TAG = "stats"
+# What Beam appends to a step's error: " [while running 'read/FlatMap(_read_input)']".
+_STEP_SUFFIX = re.compile(r" \[while running '[^']*'\]$")
 
 
 def _beam(purpose: str):
@@ -65,9 +68,7 @@ class BeamWriter:
         except (ImportError, RuntimeError, ValueError) as e:
             raise UserError(f"{purpose} failed: {_first_line(e)} "
                             f"({extras.install_command('beam')})") from None
-        from apache_beam.options.pipeline_options_validator import \
-            PipelineOptionsValidator  # Beam: deferred, as above
-        errors = PipelineOptionsValidator(self._options, self._runner).validate()
+        errors = _option_errors(beam, runner, self._runner, list(flags), purpose)
         if errors:
             raise UserError(f"bad options for the {runner} runner: "
                             + "; ".join(" ".join(e.split()) for e in errors))
@@ -83,7 +84,10 @@ class BeamWriter:
         _add_steps(beam, pipeline, files, input_format, output_dir, tokenizer,
                    documents_per_shard, max_line_chars, tfds_data_dir)
         try:
-            pipeline.run().wait_until_finish()
+            # The local job service relays each worker's routine warnings (a worker's errors
+            # fail the pipeline and are reported from here).
+            with _quiet_logs("apache_beam.runners.portability.local_job_service"):
+                pipeline.run().wait_until_finish()
         except Exception as e:  # a runner wraps a worker's error in its own types
             raise _worker_error(e, self.runner) from None
         stats.add(_take_source_stats(output_dir))
@@ -100,7 +104,8 @@ def _pipeline_options(beam, flags: list[str]):
     options = beam.options.pipeline_options.PipelineOptions(flags)
     usage = io.StringIO()
     try:
-        with contextlib.redirect_stderr(usage), _quiet_beam_logs():
+        # Beam logs a warning for each unknown flag it drops: refused below in one line instead.
+        with contextlib.redirect_stderr(usage), _quiet_logs("apache_beam"):
             known = options.get_all_options()
             every = options.get_all_options(retain_unknown_options=True)
     except SystemExit:
@@ -113,10 +118,28 @@ def _pipeline_options(beam, flags: list[str]):
     return options
 
 
+def _option_errors(beam, runner: str, runner_object, flags: list[str], purpose: str) -> list[str]:
+    """What Beam's validator finds wrong with the options, checked offline: Dataflow's would
+    otherwise look its buckets up (or make one) on Cloud Storage, retrying for minutes."""
+    if runner == "dataflow":
+        cloud = beam.options.pipeline_options.PipelineOptions(flags).view_as(
+            beam.options.pipeline_options.GoogleCloudOptions)
+        if not (cloud.temp_location or "").startswith("gs://"):
+            return ["--temp_location=gs://BUCKET/PATH is needed (where Dataflow stages the "
+                    f"package and its temporary files), not {cloud.temp_location!r}"]
+    offline = beam.options.pipeline_options.PipelineOptions([*flags, "--dry_run=true"])
+    validator = extras.require("apache_beam.options.pipeline_options_validator", "beam",
+                               purpose).PipelineOptionsValidator
+    try:
+        return validator(offline, runner_object).validate()
+    except Exception as e:  # Beam's validators raise their own types
+        return [_first_line(e)]
+
+
 @contextlib.contextmanager
-def _quiet_beam_logs() -> Iterator[None]:
-    """Beam logs a warning for the unknown flags it drops: refused here in one line instead."""
-    logger = logging.getLogger("apache_beam")
+def _quiet_logs(name: str) -> Iterator[None]:
+    """The logger `name` passes only errors meanwhile."""
+    logger = logging.getLogger(name)
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
@@ -144,15 +167,14 @@ def _add_steps(beam, pipeline, files: list[str], input_format: str, output_dir: 
 
 def _read_input(item: tuple[int, str], input_format: str, max_line_chars: int,
                 tfds_data_dir: str | None):
-    from apache_beam import pvalue  # Beam: deferred, as above (a worker has it)
-
+    tagged = _beam("reading an input in a Beam worker").pvalue.TaggedOutput
     number, path = item
     stats = SourceStats()
     documents = sources.documents_of(path, input_format, stats, max_line_chars=max_line_chars,
                                      tfds_data_dir=tfds_data_dir)
     for n, document in enumerate(documents):
         yield number, n, document
-    yield pvalue.TaggedOutput(_STATS_TAG, (number, stats))
+    yield tagged(_STATS_TAG, (number, stats))
 
 
 def _first_numbers(per_input: list[tuple[int, SourceStats]]) -> dict[int, int]:
@@ -212,9 +234,13 @@ def _worker_error(error: Exception, runner: str) -> UserError:
     """One line for a failed pipeline: a worker's UserError as itself, else the runner's error."""
     text = str(error)
     marker = f"{UserError.__name__}: "
-    if marker in text:
-        return UserError(text.rsplit(marker, 1)[1].strip().splitlines()[0])
-    return UserError(f"the {runner} pipeline failed: {_first_line(error)}")
+    if isinstance(error, UserError):  # raised again as itself, the step's name appended
+        found = _first_line(error)
+    elif marker in text:  # a portable runner's report holds the worker's traceback
+        found = text.rsplit(marker, 1)[1].strip().splitlines()[0]
+    else:
+        return UserError(f"the {runner} pipeline failed: {_first_line(error)}")
+    return UserError(_STEP_SUFFIX.sub("", found))
 
 
 def _first_line(error: BaseException) -> str:
