@@ -194,3 +194,13 @@ def test_without_the_beam_extra_the_runner_is_refused_in_one_line(two_inputs, sm
             "pip install 'bertjax[beam]'") in refused.stderr
     assert not (tmp_path / "out").exists()
 
+
+
+def test_an_empty_corpus_is_refused_and_leaves_nothing(small_corpus_dir, tmp_path):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n\n")
+    vocab = os.path.join(small_corpus_dir, corpus.TOKENIZER_DIR)
+    refused = prepare(str(blank), tmp_path / "out", vocab, "--runner=direct")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"the corpus is empty: no document in {blank}" in refused.stderr
+    assert not (tmp_path / "out").exists()
