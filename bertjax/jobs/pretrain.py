@@ -27,7 +27,8 @@ from bertjax.settings.shared import layout_of
 def run(s: PretrainSettings, workdir: str) -> dict:
     """Runs (or resumes) pretraining; returns the last logged metrics."""
     with common.stop_requests() as stop:
-        inputs = remote_inputs.localized(s)  # inputs on a bucket, read through local copies
+        # inputs on a bucket, read through local copies; a prepared corpus there, in place
+        inputs = remote_inputs.localized(s, stream_prepared=True)
         with inputs.named_errors():
             return _run(s, inputs, workdir, stop)
 
@@ -91,7 +92,8 @@ def _prepared_corpus(inputs: remote_inputs.LocalInputs, run_dir: RunDirectory, r
         run_dir.pull()
         if inputs.upload_prepared_to is not None:
             s = remote_inputs.localized(dataclasses.replace(
-                s, data=dataclasses.replace(s.data, prepared=inputs.upload_prepared_to))).settings
+                s, data=dataclasses.replace(s.data, prepared=inputs.upload_prepared_to)),
+                stream_prepared=True).settings
     return pretraining_data.prepared_corpus(s, workdir, required,
                                             may_prepare=jax.process_index() == 0)
 
