@@ -220,7 +220,8 @@ def test_a_server_gone_mid_run_is_one_line_and_the_last_checkpoint_restores(
     assert lines[-1].startswith("bertjax: error: cannot read gs://dies/corpus/"), stderr[-3000:]
     assert "Traceback" not in stderr
     assert time.time() - killed < 3 * TIMEOUT_S + MARGIN_S
-    with Checkpointer(os.path.join(workdir, "checkpoints"), keep=None, read_only=True) as saved:
+    print("\n" + lines[-1])
+    with Checkpointer(workdir, keep=None, read_only=True) as saved:
         last = saved.latest_step()
     assert last is not None and 3 <= last < 12
     resumed = run_pretraining(*[tiny_args(workdir, small_corpus_dir,

@@ -87,7 +87,9 @@ def _prepared_corpus(inputs: remote_inputs.LocalInputs, run_dir: RunDirectory, r
         remote_inputs.upload_prepared(inputs)
         run_dir.push()
         return prepared
-    distributed.run_on_process_zero(prepare, "preparing the corpus")
+    prepared = distributed.run_on_process_zero(prepare, "preparing the corpus")
+    if prepared is not None:  # process 0's, opened already (a streamed one's index fetched)
+        return prepared
     if jax.process_index() != 0:
         run_dir.pull()
         if inputs.upload_prepared_to is not None:
