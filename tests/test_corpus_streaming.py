@@ -229,3 +229,15 @@ def test_a_server_gone_mid_run_is_one_line_and_the_last_checkpoint_restores(
                                              "train.checkpoint_every": 3})])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from step {last}" in resumed.stderr
+
+
+def test_a_cache_too_small_for_one_step_is_refused_before_the_workdir(tmp_path):
+    import cli_in_process
+
+    workdir = tmp_path / "wd"
+    done = cli_in_process.run("main", *tiny_args(str(workdir), "gs://any/corpus", **{
+        "train.batch_size": 4096, "data.cache_mb": 1})[1:])
+    assert done.returncode == 2 and not workdir.exists()
+    assert done.stderr.splitlines() == [
+        "bertjax: error: data.cache_mb 1 cannot hold one step's reads from a streamed corpus "
+        "(up to 2 MiB for 4096 rows of 64 tokens); raise it"]
