@@ -13,6 +13,7 @@ step (metrics.jsonl data_wait_s; the first step and each phase's first step asid
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -63,8 +64,6 @@ def run_args(workdir: str, url: str, steps: int, batch: int) -> list[str]:
 
 def rows_bytes_per_step(args: list[str], url: str, steps: int) -> list[int]:
     """The bytes of the token ranges each step's rows read, planned as the run plans them."""
-    from ml_collections import config_flags  # noqa: F401  (the config module needs it loaded)
-    import importlib.util
     spec = importlib.util.spec_from_file_location("tiny", os.path.join(REPO, "configs/tiny.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
