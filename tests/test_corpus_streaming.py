@@ -188,10 +188,12 @@ def test_a_20_mb_corpus_is_not_fetched_whole(gcs, gcs_bucket, small_corpus_dir, 
     assert sent < corpus_bytes / 2
 
 
+@pytest.mark.parametrize("fault", ["kill", "pause"])
 def test_a_server_gone_mid_run_is_one_line_and_the_last_checkpoint_restores(
-        gcs, small_corpus_dir, tmp_path):
-    """The corpus's server killed once the run has fetched some steps: one line, exit status 2,
-    and the workdir's last checkpoint restores (a resume on a local copy finishes the run)."""
+        gcs, small_corpus_dir, tmp_path, fault):
+    """The corpus's server killed (or frozen: SIGSTOP) once the run has written a checkpoint:
+    one line, exit status 2, and the workdir's last checkpoint restores (a resume on a local
+    copy finishes the run)."""
     from gcs_emulator import GcsEmulator
 
     with GcsEmulator() as server:
@@ -212,15 +214,15 @@ def test_a_server_gone_mid_run_is_one_line_and_the_last_checkpoint_restores(
         while not os.path.isdir(os.path.join(workdir, "checkpoints", "3")):
             assert process.poll() is None and time.time() < deadline, process.stderr.read()
             time.sleep(0.2)
-        server.kill()
+        getattr(server, fault)()
         killed = time.time()
         _, stderr = process.communicate(timeout=300)
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert process.returncode == 2, stderr[-3000:]
     assert lines[-1].startswith("bertjax: error: cannot read gs://dies/corpus/"), stderr[-3000:]
-    assert "Traceback" not in stderr
+    assert "Traceback" not in stderr and stderr.count("bertjax: error:") == 1
     assert time.time() - killed < 3 * TIMEOUT_S + MARGIN_S
-    print("\n" + lines[-1])
+    print("\n" + "\n".join(lines[-4:]))
     with Checkpointer(workdir, keep=None, read_only=True) as saved:
         last = saved.latest_step()
     assert last is not None and 3 <= last < 12

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import queue
 import threading
 from typing import Callable
 
@@ -55,6 +56,37 @@ def _copy_of(builder):
     return planner
 
 
+class _FetchThreads:
+    """A few daemon threads running submitted calls in order. Not a ThreadPoolExecutor: its
+    threads are joined when the interpreter exits, so a run ending on a storage fault would first
+    wait out the reads still in flight (each bounded, but with the backend's retries)."""
+
+    def __init__(self, count: int):
+        self._count = count
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        for n in range(count):
+            threading.Thread(target=self._work, name=f"bertjax-read-ahead-{n}", daemon=True).start()
+
+    def submit(self, fn, *args) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while (call := self._calls.get()) is not None:
+            future, fn, args = call
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # the taker of the step raises it
+                future.set_exception(e)
+
+    def shutdown(self) -> None:
+        for _ in range(self._count):
+            self._calls.put(None)
+
+
 class _Window:
     """The steps submitted from one starting step on, and the memory their ranges hold."""
 
@@ -76,8 +108,7 @@ class ReadAhead:
         self._slice_of, self._builder = slice_of, builder
         self._shards = builder.source.corpus.shards
         self._steps_ahead, self._cache_bytes, self._end_step = steps_ahead, cache_bytes, end_step
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            READ_THREADS, thread_name_prefix="bertjax-read-ahead")
+        self._pool = _FetchThreads(READ_THREADS)
         self._planners = threading.local()
         self._window: _Window | None = None
         self._lock = threading.Lock()
@@ -157,7 +188,7 @@ class ReadAhead:
     def close(self) -> None:
         """Stops reading ahead; reads in flight end on their own (each is bounded)."""
         self._close_window()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
 
 def rows_bytes(fetched: dict) -> int:
