@@ -14,12 +14,15 @@ import fsspec
 import numpy as np
 import pytest
 
+import cli_in_process
+from gcs_emulator import GcsEmulator
 from pretrain_runs import REPO, SHORT, child_env, tiny_args
 
 from bertjax.data import corpus, read_ahead, streamed_corpus
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.pretraining import PretrainingData
+from bertjax.jobs.workdir_mirror import WorkdirMirror
 from bertjax.train.checkpoint import Checkpointer
 
 pytestmark = pytest.mark.gcs
@@ -194,8 +197,6 @@ def test_a_server_gone_mid_run_is_one_line_and_the_last_checkpoint_restores(
     """The corpus's server killed (or frozen: SIGSTOP) once the run has written a checkpoint:
     one line, exit status 2, and the workdir's last checkpoint restores (a resume on a local
     copy finishes the run)."""
-    from gcs_emulator import GcsEmulator
-
     with GcsEmulator() as server:
         server.create_bucket("dies")
         env = {**server.env(), "BERTJAX_STORAGE_TIMEOUT": TIMEOUT_S}
@@ -234,8 +235,6 @@ def test_a_server_gone_mid_run_is_one_line_and_the_last_checkpoint_restores(
 
 
 def test_a_cache_too_small_for_one_step_is_refused_before_the_workdir(tmp_path):
-    import cli_in_process
-
     workdir = tmp_path / "wd"
     done = cli_in_process.run("main", *tiny_args(str(workdir), "gs://any/corpus", **{
         "train.batch_size": 4096, "data.cache_mb": 1})[1:])
@@ -243,3 +242,30 @@ def test_a_cache_too_small_for_one_step_is_refused_before_the_workdir(tmp_path):
     assert done.stderr.splitlines() == [
         "bertjax: error: data.cache_mb 1 cannot hold one step's reads from a streamed corpus "
         "(up to 2 MiB for 4096 rows of 64 tokens); raise it"]
+
+
+def test_a_corpus_prepared_into_a_workdir_on_a_bucket_is_read_in_place_on_resume(
+        gcs, gcs_bucket, small_corpus_dir, tmp_path):
+    """Prepared into gs://.../run/data by the first run (uploaded with the workdir), then read in
+    place by the resume (the mirror pulls it without its shards): the losses of the same run on a
+    local workdir."""
+    text = os.path.join(os.path.dirname(small_corpus_dir), "wiki40.txt")
+    inputs = {"data.prepared": "", "data.input": text,
+              "data.tokenizer": os.path.join(small_corpus_dir, "tokenizer")}
+    workdir = f"gs://{gcs_bucket}/run"
+    first = run_pretraining(*[tiny_args(workdir, "", **{**SHORT, **inputs, "train.steps": 3})])
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert fsspec.filesystem("gs").exists(f"{gcs_bucket}/run/data/shards/shard-00000/tokens.npy")
+    resumed = run_pretraining(*[tiny_args(workdir, "", **{**SHORT, **inputs})])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from step 3" in resumed.stderr
+    local = run_pretraining(*[tiny_args(str(tmp_path / "local"), "", **{**SHORT, **inputs})])
+    assert local.returncode == 0, local.stderr[-3000:]
+    records = [json.loads(line) for line in fsspec.filesystem("gs").cat_file(
+        f"{gcs_bucket}/run/metrics.jsonl").splitlines()]
+    assert [(r["step"], r["loss"]) for r in records if "loss" in r] == \
+        losses(str(tmp_path / "local"))
+    assert sum(r.get("data_bytes_fetched", 0) for r in records) > 0  # the resume streamed
+    mirror = WorkdirMirror(workdir, 0).path
+    assert os.path.exists(os.path.join(mirror, "data", corpus.MANIFEST))
+    assert not os.path.exists(os.path.join(mirror, "data", corpus.SHARDS_DIR))
