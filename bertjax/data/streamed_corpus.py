@@ -24,6 +24,7 @@ a pure function of (seed, step), so what is read and when is planned here either
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import io
 import json
@@ -48,8 +49,9 @@ Range = tuple[int, int, int]  # (shard index, first token, end token) within the
 class StreamedShard:
     """One shard's tokens.npy on the bucket, sliced like the memory map it stands in for."""
 
-    def __init__(self, index: int, url: str, offset: int, dtype: np.dtype, length: int):
-        self.index, self.url, self.offset = index, url, offset
+    def __init__(self, index: int, url: str, path: str, offset: int, dtype: np.dtype,
+                 length: int):
+        self.index, self.url, self.path, self.offset = index, url, path, offset  # path: fsspec's
         self.dtype, self.length = np.dtype(dtype), length
 
     def __len__(self) -> int:
@@ -135,7 +137,7 @@ def read_ranges(shards: dict[int, StreamedShard],
         return tokens, 0
     url = shards[requests[0][0]].url
     fs, _ = storage.filesystem(url)
-    paths = [storage.filesystem(shards[i].url)[1] for i, _, _ in requests]
+    paths = [shards[i].path for i, _, _ in requests]
     nbytes = sum(last - first for _, first, last in requests)
     with storage.reported(url, "read"):
         storage_deadline.progress(nbytes)
@@ -145,15 +147,14 @@ def read_ranges(shards: dict[int, StreamedShard],
         if len(body) != last - first:
             raise UserError(f"cannot read {shards[index].url}: bytes {first}-{last} came back "
                             f"{len(body)} long; was the corpus replaced while the run reads it?")
+    starts = [(index, first) for index, first, _ in requests]
     for index, begin, end in ranges:
         if end <= begin:
             continue
-        first, last = shards[index].byte_range(begin, end)
-        for (held, start, stop), body in zip(requests, bodies):
-            if held == index and start <= first and last <= stop:
-                tokens[(index, begin, end)] = np.frombuffer(
-                    body, shards[index].dtype, end - begin, first - start)
-                break
+        first, _ = shards[index].byte_range(begin, end)
+        held = bisect.bisect_right(starts, (index, first)) - 1  # the request that covers it
+        tokens[(index, begin, end)] = np.frombuffer(
+            bodies[held], shards[index].dtype, end - begin, first - requests[held][1])
     return tokens, nbytes
 
 
@@ -195,7 +196,7 @@ def open_streamed(url: str) -> StreamedCorpus:
     arrays = {array: [_npy(index[inner[storage.join(shard, f"{array}.npy")]],
                            storage.join(shard, f"{array}.npy")) for shard in shard_urls]
               for array in _INDEX}
-    shards = [_shard(i, token_url, head) for i, (token_url, head)
+    shards = [_shard(i, token_url, inner[token_url], head) for i, (token_url, head)
               in enumerate(zip(token_urls, heads))]
     tokenizer = load_tokenizer(transfer.local_copy(storage.join(url, corpus.TOKENIZER_DIR)))
     if tokenizer.vocab_size != manifest["vocab_size"]:
@@ -216,7 +217,7 @@ def _npy(data: bytes, url: str) -> np.ndarray:
         raise UserError(f"corrupt prepared corpus: cannot read {url}: {e}") from None
 
 
-def _shard(index: int, url: str, head: bytes) -> StreamedShard:
+def _shard(index: int, url: str, path: str, head: bytes) -> StreamedShard:
     """The shard's tokens.npy from its first bytes: where its data starts, dtype and length."""
     f = io.BytesIO(head)
     try:
@@ -229,4 +230,4 @@ def _shard(index: int, url: str, head: bytes) -> StreamedShard:
                         f"{HEADER_PROBE} bytes): {e}") from None
     if len(shape) != 1 or fortran or dtype.hasobject:
         raise UserError(f"corrupt prepared corpus: {url} is not a 1-d token array")
-    return StreamedShard(index, url, f.tell(), dtype, int(shape[0]))
+    return StreamedShard(index, url, path, f.tell(), dtype, int(shape[0]))
