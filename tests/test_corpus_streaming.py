@@ -269,3 +269,16 @@ def test_a_corpus_prepared_into_a_workdir_on_a_bucket_is_read_in_place_on_resume
     mirror = WorkdirMirror(workdir, 0).path
     assert os.path.exists(os.path.join(mirror, "data", corpus.MANIFEST))
     assert not os.path.exists(os.path.join(mirror, "data", corpus.SHARDS_DIR))
+
+
+def test_a_corpus_on_a_bucket_of_another_vocabulary_is_refused_naming_its_url(
+        gcs, gcs_bucket, small_corpus_dir, finetune_vocab_dir, tmp_path):
+    url = f"gs://{gcs_bucket}/corpus"
+    upload(small_corpus_dir, url)
+    workdir = tmp_path / "wd"
+    done = cli_in_process.run("main", *tiny_args(str(workdir), url, **{
+        "data.tokenizer": finetune_vocab_dir})[1:])
+    assert done.returncode == 2 and not workdir.exists()
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"bertjax: error: {url} was prepared with another vocabulary"), lines

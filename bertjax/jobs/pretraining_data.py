@@ -10,7 +10,7 @@ from bertjax.data import corpus, preparation_engine, sources, streamed_corpus, t
 from bertjax.data.inputs import NAMED_INPUTS
 from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
-from bertjax.core.errors import UserError
+from bertjax.core.errors import UserError, name_copy
 from bertjax.settings.pretrain import PretrainSettings
 
 
@@ -80,8 +80,9 @@ def check_existing(s: PretrainSettings, workdir: str, required: Tokenizer | None
     bucket is checked through the local copy of its tokenizer."""
     prepared = s.data.prepared_dir(workdir)
     if storage.is_url(prepared):
-        prepared = os.path.dirname(transfer.local_copy(storage.join(prepared,
-                                                                    corpus.TOKENIZER_DIR)))
+        url = prepared
+        prepared = os.path.dirname(transfer.local_copy(storage.join(url, corpus.TOKENIZER_DIR)))
+        name_copy(prepared, url)  # a refusal names the corpus's URL, not this host's copy
     if required is not None:
         saved = os.path.join(prepared, corpus.TOKENIZER_DIR)
         if os.path.isdir(saved) and not corpus.same_vocabulary(load_tokenizer(saved), required):
