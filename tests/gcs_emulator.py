@@ -45,6 +45,7 @@ import uuid
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 15.0
 FAULTS = "/_faults"  # the fault injector's own requests (not counted, never faulted)
+BODY_BYTES = "/_body_bytes"  # asks the server how many response-body bytes it has sent
 
 
 def emulator_env(host: str) -> dict[str, str]:
@@ -256,6 +257,11 @@ class GcsEmulator:
         """{"bucket/name": md5Hash} of every object held."""
         return json.loads(self._request("GET", f"{FAULTS}/md5s")[1])
 
+    def body_bytes_sent(self) -> int:
+        """The bytes of every response body the server has sent (objects, listings, metadata):
+        what clients fetched, counted by the server (see _count_body_bytes)."""
+        return json.loads(self._request("GET", BODY_BYTES)[1])["bytes"]
+
     def fault_after(self, requests: int, kind: str, record: str) -> None:
         """Arms a fault: the server takes `requests` more requests, then, before answering the
         next, writes `record` (the time and every object's md5, as object_md5s) and stops
@@ -413,6 +419,35 @@ def _inject_faults() -> None:
         setattr(srv.RequestHandler, name, counted(getattr(srv.RequestHandler, name)))
 
 
+def _count_body_bytes() -> None:
+    """Counts the bytes of the response bodies the server writes; GET BODY_BYTES answers
+    {"bytes": total} (its own answer not counted)."""
+    from gcp_storage_emulator import server as srv
+
+    sent = {"bytes": 0}
+    plain_close = srv.Response.close
+
+    def close(response):
+        content = response._content
+        sent["bytes"] += len(content.encode() if isinstance(content, str) else content)
+        return plain_close(response)
+
+    srv.Response.close = close
+    plain_get = srv.RequestHandler.do_GET
+
+    def do_get(handler):
+        if handler.path != BODY_BYTES:
+            return plain_get(handler)
+        body = json.dumps(sent).encode()
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    srv.RequestHandler.do_GET = do_get
+
+
 def _refuse_operations(operations: list[str]) -> None:
     """Object routes ending `/<operation>/b/...` (rewriteTo, copyTo, moveTo) answer 501 Not
     Implemented, in a batch too: a server that lacks them. (The stock emulator has no moveTo
@@ -448,6 +483,7 @@ def _serve(preconditions: bool, refuse: list[str]) -> None:
 
     logging.basicConfig(level=logging.CRITICAL)
     _inject_faults()
+    _count_body_bytes()
     _send_generations()
     if preconditions:
         _honour_preconditions()

@@ -8,6 +8,7 @@ import collections
 import concurrent.futures
 import multiprocessing
 import signal
+import time
 import weakref
 from typing import Protocol
 
@@ -20,7 +21,8 @@ from bertjax.core.errors import UserError, check_int
 class SliceBuilder(Protocol):
     """Builds any slice of any batch; picklable, as it is sent to the worker processes."""
 
-    def build(self, phase: Phase, first: int, count: int) -> dict[str, np.ndarray]: ...
+    def build(self, phase: Phase, first: int, count: int,
+              fetched: dict | None = None) -> dict[str, np.ndarray]: ...
 
 
 class StepSlices(Protocol):
@@ -35,7 +37,19 @@ class StepSlices(Protocol):
     def fingerprint(self) -> dict: ...
 
 
-# Worker processes receive the builder once, at start-up, and then only (phase, first, count).
+class StepReads(Protocol):
+    """Inputs fetched ahead for each step (read_ahead.ReadAhead), handed to the builder with the
+    step's slice."""
+
+    bytes_fetched: int
+
+    def fetched(self, step: int) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+# Worker processes receive the builder once, at start-up, and then only (phase, first, count)
+# and, from a streamed corpus, the token ranges fetched for that slice.
 _worker_builder: SliceBuilder | None = None
 
 
@@ -45,8 +59,8 @@ def _start_worker(builder: SliceBuilder) -> None:
     _worker_builder = builder
 
 
-def _build_in_worker(phase: Phase, first: int, count: int) -> dict[str, np.ndarray]:
-    return _worker_builder.build(phase, first, count)
+def _build_in_worker(*job) -> dict[str, np.ndarray]:
+    return _worker_builder.build(*job)  # (phase, first, count[, fetched ranges])
 
 
 class BatchIterator:
@@ -59,11 +73,17 @@ class BatchIterator:
     elements through shared memory; an executor gives dynamic load balancing, ordered futures
     and a blocking shutdown. Workers are spawned, not forked: forking a process that runs JAX's
     threads can deadlock. workers=0 builds each batch in the caller.
+
+    `reads` (a streamed corpus) fetch each step's inputs ahead; no batch is built ahead past
+    `end_step` (exclusive), when given. `counters()` says how long `next` waited since it was
+    last asked, and what `reads` fetched meanwhile.
     """
 
-    def __init__(self, data: StepSlices, builder: SliceBuilder, start_step: int = 0):
+    def __init__(self, data: StepSlices, builder: SliceBuilder, start_step: int = 0,
+                 reads: StepReads | None = None, end_step: int | None = None):
         check_int("start_step", start_step, 0)
-        self._data, self._builder = data, builder
+        self._data, self._builder, self._reads, self._end_step = data, builder, reads, end_step
+        self._waited_s, self._counted_bytes = 0.0, 0
         self._next_step = int(start_step)
         self._pending: collections.deque = collections.deque()  # futures of the next steps
         self._pool = None
@@ -78,7 +98,14 @@ class BatchIterator:
     def _refill(self) -> None:
         while len(self._pending) < self._data.prefetch:
             step = self._next_step + len(self._pending)
-            self._pending.append(self._pool.submit(_build_in_worker, *self._data.local_slice(step)))
+            if self._end_step is not None and step >= self._end_step:
+                return
+            self._pending.append(self._pool.submit(_build_in_worker, *self._job(step)))
+
+    def _job(self, step: int) -> tuple:
+        """The builder's arguments for this process's slice of `step`."""
+        job = self._data.local_slice(step)
+        return job if self._reads is None else (*job, self._reads.fetched(step))
 
     def _drop_pending(self) -> None:
         for future in self._pending:
@@ -91,8 +118,9 @@ class BatchIterator:
     def __next__(self) -> dict[str, np.ndarray]:
         if self._closed:
             raise ValueError("the batch iterator is closed")
-        if self._pool is None:
-            batch = self._builder.build(*self._data.local_slice(self._next_step))
+        started = time.perf_counter()
+        if self._pool is None or not self._pending:
+            batch = self._builder.build(*self._job(self._next_step))
         else:
             try:
                 batch = self._pending.popleft().result()
@@ -102,7 +130,19 @@ class BatchIterator:
         self._next_step += 1
         if self._pool is not None:
             self._refill()
+        self._waited_s += time.perf_counter() - started
         return batch
+
+    def counters(self) -> dict:
+        """{"data_wait_s": seconds `next` took since the last call, and with `reads`
+        "data_bytes_fetched": the bytes they fetched meanwhile}."""
+        counted = {"data_wait_s": round(self._waited_s, 4)}
+        self._waited_s = 0.0
+        if self._reads is not None:
+            total = self._reads.bytes_fetched
+            counted["data_bytes_fetched"] = total - self._counted_bytes
+            self._counted_bytes = total
+        return counted
 
     @property
     def step(self) -> int:
@@ -132,6 +172,8 @@ class BatchIterator:
         """Stops and joins the workers; idempotent."""
         self._closed = True
         self._drop_pending()
+        if self._reads is not None:
+            self._reads.close()
         if self._pool is not None:
             self._finalizer()
             self._pool = None

@@ -146,9 +146,14 @@ def read_manifest(directory: str) -> dict:
             manifest = json.load(f)
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise UserError(f"{path} is not a {FORMAT} v{VERSION} manifest")
+    check_manifest(manifest, path)
     return manifest
+
+
+def check_manifest(manifest, path: str) -> None:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT \
+            or manifest.get("version") != VERSION:
+        raise UserError(f"{path} is not a {FORMAT} v{VERSION} manifest")
 
 
 def check_prepared_matches(prepared: str, *, tokenizer_spec: str = "", vocab_size: int | None = None,
@@ -201,6 +206,8 @@ class PreparedCorpus:
     `sentence_bounds[s]:sentence_bounds[s+1]` are sentence s's tokens in the virtual concatenation
     of all shards; `document_bounds[d]:document_bounds[d+1]` are document d's sentences.
     """
+
+    reopen_in_workers = True  # worker processes open the directory again (see ExampleSource)
 
     def __init__(self, shard_tokens: Sequence[np.ndarray], shard_sentence_bounds: Sequence[np.ndarray],
                  shard_document_bounds: Sequence[np.ndarray], token_counts: np.ndarray,

@@ -145,7 +145,7 @@ class ExampleSource:
         # Worker processes recompute chunk tables instead of receiving them through a pipe, and
         # reopen an on-disk corpus (pickling its memory-mapped tokens would copy them all).
         state = {**self.__dict__, "_chunks": {}}
-        if self.corpus.directory:
+        if self.corpus.directory and self.corpus.reopen_in_workers:
             state["corpus"] = self.corpus.directory
         return state
 

@@ -15,7 +15,7 @@ import numpy as np
 from bertjax.data.batch_iterator import BatchIterator
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.examples import MODES, Example, ExampleSource
-from bertjax.data import schema
+from bertjax.data import read_ahead, schema, streamed_corpus
 from bertjax.data.length_schedule import LengthSchedule, Phase
 from bertjax.data.masking import Masker
 from bertjax.data.masking_config import MaskingConfig
@@ -60,7 +60,16 @@ class BatchBuilder:
         return [self.source.build(chunk, seq_len, generator)
                 for chunk, generator in zip(chunks, self.generators(EXAMPLE, indices))]
 
-    def build(self, phase: Phase, first: int, count: int) -> dict[str, np.ndarray]:
+    def build(self, phase: Phase, first: int, count: int,
+              fetched: dict | None = None) -> dict[str, np.ndarray]:
+        """The slice; from a streamed corpus, out of the token ranges `fetched` for it (else
+        each range is read as it is needed)."""
+        if fetched is None:
+            return self._build(phase, first, count)
+        with streamed_corpus.serving(fetched):
+            return self._build(phase, first, count)
+
+    def _build(self, phase: Phase, first: int, count: int) -> dict[str, np.ndarray]:
         seq_len, source = phase.seq_len, self.source
         nsp, span = source.mode == "nsp", self.masker.config.strategy == "span"
         packed = source.mode == "documents"
@@ -107,7 +116,8 @@ class PretrainingData:
     def __init__(self, corpus: PreparedCorpus, *, mode: str, masking: MaskingConfig,
                  schedule: LengthSchedule, global_batch_size: int, seed: int,
                  process_index: int = 0, process_count: int = 1, short_seq_prob: float = 0.1,
-                 eval_fraction: float = 0.01, workers: int = 2, prefetch: int = 4):
+                 eval_fraction: float = 0.01, workers: int = 2, prefetch: int = 4,
+                 read_ahead_steps: int = 4, cache_mb: int = 256):
         check_choice("example mode", mode, MODES, unknown=True)
         if not isinstance(schedule, LengthSchedule):
             raise TypeError(f"schedule must be a LengthSchedule, got {type(schedule).__name__}")
@@ -116,6 +126,8 @@ class PretrainingData:
         check_int("seed", seed, 0)
         check_int("workers", workers, 0)
         check_int("prefetch", prefetch, 1)
+        check_int("read_ahead_steps", read_ahead_steps, 1)
+        check_int("cache_mb", cache_mb, 1)
         if not isinstance(process_index, int) or not 0 <= process_index < process_count:
             raise UserError(f"process_index must be in [0, {process_count}), got {process_index!r}")
         if global_batch_size % process_count:
@@ -134,6 +146,8 @@ class PretrainingData:
         self.process_count = process_count
         self.local_batch_size = global_batch_size // process_count
         self.workers, self.prefetch = workers, prefetch
+        self.read_ahead_steps, self.cache_bytes = read_ahead_steps, cache_mb << 20
+        self.streamed = isinstance(corpus, streamed_corpus.StreamedCorpus)
         self._train = BatchBuilder(ExampleSource(
             corpus, train_docs, mode=mode, special=special, short_seq_prob=short_seq_prob,
             name="train", key=(seed, TRAIN)), masker, seed, TRAIN)
@@ -188,8 +202,13 @@ class PretrainingData:
         first = step * self.global_batch_size + self.process_index * self.local_batch_size
         return phase, first, self.local_batch_size
 
-    def train_iterator(self, start_step: int = 0) -> "BatchIterator":
-        return BatchIterator(self, self._train, start_step)
+    def train_iterator(self, start_step: int = 0, end_step: int | None = None) -> "BatchIterator":
+        """Batches from `start_step`; none is built (or read) ahead past `end_step`."""
+        reads = None
+        if self.streamed:
+            reads = read_ahead.ReadAhead(self.local_slice, self._train, self.read_ahead_steps,
+                                         self.cache_bytes, end_step)
+        return BatchIterator(self, self._train, start_step, reads, end_step)
 
     def eval_batches(self, phase: Phase, num_batches: int) -> list[dict]:
         """This process's slices of the first `num_batches` held-out batches (identical on every
@@ -197,5 +216,7 @@ class PretrainingData:
         builder = self._builder("eval")
         check_int("num_batches", num_batches, 0)
         offset = self.process_index * self.local_batch_size
-        return [builder.build(phase, i * self.global_batch_size + offset, self.local_batch_size)
-                for i in range(num_batches)]
+        slices = [(phase, i * self.global_batch_size + offset, self.local_batch_size)
+                  for i in range(num_batches)]
+        return [builder.build(*part, read_ahead.fetch_now(builder, *part) if self.streamed
+                              else None) for part in slices]

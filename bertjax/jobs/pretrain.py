@@ -9,12 +9,14 @@ the run itself (compiled steps, state, loop) is a PretrainRun (pretrain_run.py).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 import jax
 
 from bertjax.core import storage
 from bertjax.core.errors import UserError
+from bertjax.data import corpus
 from bertjax.inference import loading
 from bertjax.jobs import common, pretraining_data, pretraining_model, remote_inputs
 from bertjax.jobs.pretrain_run import PretrainRun
@@ -27,7 +29,8 @@ from bertjax.settings.shared import layout_of
 def run(s: PretrainSettings, workdir: str) -> dict:
     """Runs (or resumes) pretraining; returns the last logged metrics."""
     with common.stop_requests() as stop:
-        inputs = remote_inputs.localized(s)  # inputs on a bucket, read through local copies
+        # inputs on a bucket, read through local copies; a prepared corpus there, in place
+        inputs = remote_inputs.localized(s, stream_prepared=True)
         with inputs.named_errors():
             return _run(s, inputs, workdir, stop)
 
@@ -77,7 +80,7 @@ def _prepared_corpus(inputs: remote_inputs.LocalInputs, run_dir: RunDirectory, r
     """The workdir's prepared corpus; with several processes, process 0 prepares a missing one
     while the others wait, then every process reads it. A workdir (or data.prepared) on a bucket
     is shared by definition: process 0 uploads what it prepared and the others fetch it."""
-    s, workdir = inputs.settings, run_dir.path
+    s, workdir = _in_place(inputs.settings, run_dir), run_dir.path
     if not run_dir.remote:  # checkpoints and records: every host must see one workdir
         distributed.check_shared_directory(workdir, "workdir")
 
@@ -86,14 +89,29 @@ def _prepared_corpus(inputs: remote_inputs.LocalInputs, run_dir: RunDirectory, r
         remote_inputs.upload_prepared(inputs)
         run_dir.push()
         return prepared
-    distributed.run_on_process_zero(prepare, "preparing the corpus")
+    prepared = distributed.run_on_process_zero(prepare, "preparing the corpus")
+    if prepared is not None:  # process 0's, opened already (a streamed one's index fetched)
+        return prepared
     if jax.process_index() != 0:
         run_dir.pull()
+        s = _in_place(s, run_dir)
         if inputs.upload_prepared_to is not None:
             s = remote_inputs.localized(dataclasses.replace(
-                s, data=dataclasses.replace(s.data, prepared=inputs.upload_prepared_to))).settings
+                s, data=dataclasses.replace(s.data, prepared=inputs.upload_prepared_to)),
+                stream_prepared=True).settings
     return pretraining_data.prepared_corpus(s, workdir, required,
                                             may_prepare=jax.process_index() == 0)
+
+
+def _in_place(s: PretrainSettings, run_dir: RunDirectory) -> PretrainSettings:
+    """A corpus prepared into a workdir on a bucket comes into the mirror without its shards
+    (workdir_mirror.READ_IN_PLACE): its manifest there means it is read in place."""
+    if not run_dir.remote or s.data.prepared or not os.path.exists(
+            os.path.join(s.data.prepared_dir(run_dir.path), corpus.MANIFEST)):
+        return s
+    inside = os.path.relpath(s.data.prepared_dir(run_dir.path), run_dir.path)  # "data"
+    in_place = storage.join(run_dir.location, inside)
+    return dataclasses.replace(s, data=dataclasses.replace(s.data, prepared=in_place))
 
 
 def _record(s: PretrainSettings, workdir: str, encoder) -> tuple[dict, dict]:

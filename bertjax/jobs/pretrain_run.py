@@ -142,7 +142,7 @@ class PretrainRun:
                       f"by step {start.step}: nothing left to train", file=sys.stderr)
                 return {}
             stop = time_budget.BudgetStop(stop or loop.default_stop_source(), self.clock)
-        self.batches = self.data.train_iterator(start.step)
+        self.batches = self.data.train_iterator(start.step, end_step=total_steps)
         if saved:
             self.batches.set_state(saved)
         self.writer = MetricsWriter(self.workdir, enabled=self.is_main)
@@ -199,7 +199,8 @@ class PretrainRun:
             peak_flops_per_s=step_timing.peak_flops_per_s(self.mesh.devices.flat))
 
     def _step_info(self, step: int) -> dict:
-        info = {"seq_len": self.s.schedule.phase_at(step - 1).seq_len}
+        # The data's wait and bytes fetched since the previous line.
+        info = {"seq_len": self.s.schedule.phase_at(step - 1).seq_len, **self.batches.counters()}
         if self.s.train.time_budget_minutes:  # what a budget's curves are drawn against
             info["budget_spent_s"] = round(self.clock.spent(), 2)
         return info

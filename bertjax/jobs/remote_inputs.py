@@ -2,7 +2,9 @@
 
 data.input (files, directories, globs), data.tokenizer and an existing data.prepared on a bucket
 are fetched into the cache (core/transfer.py: again only when they changed) and the settings
-point at the copies, so the data pipeline memory-maps local shards as it always does. A
+point at the copies, so the data pipeline memory-maps local shards as it always does; with
+`stream_prepared` (pretraining), an existing data.prepared on a bucket stays a URL and is read in
+place (data/streamed_corpus.py). A
 data.prepared URL that holds no corpus yet is prepared in a local working copy and uploaded when
 complete (manifest last): the next run, on any host, finds it there. A refusal about a copy (a
 damaged manifest) names the URL, not this host's copy.
@@ -40,7 +42,7 @@ class LocalInputs:
             raise UserError(text) from None
 
 
-def localized(s: PretrainSettings) -> LocalInputs:
+def localized(s: PretrainSettings, *, stream_prepared: bool = False) -> LocalInputs:
     d = s.data
     changes: dict = {}
     if d.input.strip() and any(storage.is_url(p.strip()) for p in d.input.split(",")):
@@ -52,7 +54,8 @@ def localized(s: PretrainSettings) -> LocalInputs:
     if storage.is_url(d.prepared):
         storage.check_url(d.prepared)  # before a path is joined to it
         if storage.exists(storage.join(d.prepared, corpus.MANIFEST)):
-            changes["prepared"] = transfer.local_copy(d.prepared)
+            if not stream_prepared:
+                changes["prepared"] = transfer.local_copy(d.prepared)
         else:
             storage.check_output_url(d.prepared, "a prepared corpus")
             changes["prepared"] = transfer.working_copy(d.prepared)

@@ -4,7 +4,8 @@ Checkpoints are written to the bucket directly (Orbax and TensorStore speak gs:/
 shard by shard from every host, and Orbax marks a step complete only once all of it is there).
 Everything else in a workdir is small and written as files by libraries that need a local file
 system (TensorBoard's event writer appends, matplotlib, the corpus preparation's memory maps), so
-it lives in a mirror on this host, $BERTJAX_CACHE/workdirs/<hash of the URL>/p<process>, that is
+it lives in a mirror on this host (a corpus prepared into the workdir without its shards, which a
+run reads in place: data/streamed_corpus.py), $BERTJAX_CACHE/workdirs/<hash of the URL>/p<process>, that is
 pulled from the bucket when the run opens and pushed back, file by file as whole objects, after
 every checkpoint and when the run ends. A run killed between two pushes loses only the lines
 logged since the last checkpoint, which a resume drops anyway (metrics after the checkpoint it
@@ -22,6 +23,7 @@ from bertjax.core import storage, transfer
 from bertjax.core.packaged import cache_dir
 
 CHECKPOINTS = "checkpoints"
+READ_IN_PLACE = "data/shards/"  # the workdir's prepared corpus's tokens: pushed, never pulled
 LOCK = ".lock"
 STATE = ".bertjax-mirror.json"  # {relative path: [size, mtime_ns]} as last pulled or pushed
 
@@ -37,7 +39,7 @@ class WorkdirMirror:
         """Makes the mirror what the bucket holds (less checkpoints and the lock): files that
         changed are fetched again, files the bucket no longer has are removed."""
         remote = {name: entry for name, entry in transfer.remote_files(self.url).items()
-                  if not _excluded(name)}
+                  if not _excluded(name) and not name.startswith(READ_IN_PLACE)}
         state = self._read_state()
         if os.path.isdir(self.path):
             for name in self._local_files():

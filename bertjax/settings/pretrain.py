@@ -11,6 +11,7 @@ from bertjax.data.inputs import NAMED_INPUTS
 from bertjax.data.sources import FORMATS as INPUT_FORMATS
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
+from bertjax.data import read_ahead
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
 from bertjax.core.errors import UserError, check_choice, check_int
 from bertjax.model.config import ENCODER_DEFAULTS
@@ -62,6 +63,10 @@ class CorpusSettings:
     eval_fraction: float = 0.01  # documents held out for evaluation
     workers: int = 2  # background batch builders
     prefetch: int = 4  # batches built ahead of the step
+    # A prepared corpus on a bucket is read in place (docs/cloud-storage.md): the token ranges of
+    # the next read_ahead_steps steps are fetched ahead, holding at most cache_mb MiB of memory.
+    read_ahead_steps: int = 4
+    cache_mb: int = 256
     # Not a config key: whether data.vocab_size was set on the command line.
     vocab_size_given: bool = False
 
@@ -73,6 +78,8 @@ class CorpusSettings:
             raise UserError(f"data.short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         check_int("data.workers", self.workers, 0, "(0: batches built in the training process)")
         check_int("data.prefetch", self.prefetch, 1)
+        check_int("data.read_ahead_steps", self.read_ahead_steps, 1)
+        check_int("data.cache_mb", self.cache_mb, 1)
 
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
@@ -220,14 +227,16 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     if config.data.tokenizer_type not in TOKENIZER_KINDS:
         raise UserError(f"unknown data.tokenizer_type {config.data.tokenizer_type!r}; choose one "
                         f"of {', '.join(TOKENIZER_KINDS)}")
+    data = CorpusSettings(**fields_of(CorpusSettings, config.data, "data",
+                                      skip=("vocab_size_given",)),
+                          vocab_size_given="data.vocab_size" in overridden)
+    _check_read_cache(data, train, longest)
     optimizer = OptimizerConfig(total_steps=train.steps, **fields_of(
         OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",)))
     return PretrainSettings(
         init_checkpoint=init, objective=objective, model=model,
         mesh=mesh_settings(config.mesh),
-        data=CorpusSettings(**fields_of(CorpusSettings, config.data, "data",
-                                        skip=("vocab_size_given",)),
-                            vocab_size_given="data.vocab_size" in overridden),
+        data=data,
         masking=MaskingConfig(**fields_of(MaskingConfig, config.masking, "masking")),
         schedule=schedule, optimizer=optimizer, train=train, task=task)
 
@@ -248,6 +257,15 @@ def _objective(config: Section) -> PretrainingObjective:
                         f"objective predicts masked spans), got {config.masking.strategy!r}")
     generator = electra.read(config)  # checked whatever the objective: every value is
     return PretrainingObjective(name, nsp, sbo, mode, generator if name == "electra" else None)
+
+
+def _check_read_cache(data: CorpusSettings, train: PretrainLoop, longest: int) -> None:
+    """A streamed corpus fetches whole steps ahead: the cache must hold one step's reads."""
+    needed = read_ahead.step_bytes_bound(train.batch_size, longest)
+    if data.cache_mb << 20 < needed:
+        raise UserError(f"data.cache_mb {data.cache_mb} cannot hold one step's reads from a "
+                        f"streamed corpus (up to {-(-needed >> 20)} MiB for {train.batch_size} "
+                        f"rows of {longest} tokens); raise it")
 
 
 def _check_loop(train: PretrainLoop) -> None:

@@ -26,8 +26,10 @@ import jax
 from bertjax.parallel import chips
 
 # What a step record carries of the timing (absent where no step was timed; mfu where the
-# devices' peak is known): readers comparing runs leave them out.
-TIMING_FIELDS = ("step_time_s", "tokens_per_sec", "steps_per_sec", "mfu")
+# devices' peak is known), and what depends on it (the data's wait, and the bytes a streamed
+# corpus fetched by then: data/batch_iterator.py): readers comparing runs leave them out.
+TIMING_FIELDS = ("step_time_s", "tokens_per_sec", "steps_per_sec", "mfu", "data_wait_s",
+                 "data_bytes_fetched")
 
 
 class StepTimer:
