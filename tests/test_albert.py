@@ -1,0 +1,219 @@
+"""ALBERT (factorised embeddings, one layer's parameters shared by every layer, sentence-order
+prediction) against transformers' Albert models: random AlbertForPreTraining / AlbertModel
+directories converted by `python -m bertjax.convert` compute transformers' hidden states and
+scores on padded text; a tiny `configs/albert.py` run exported by `python -m bertjax.export`
+loads into AlbertForPreTraining and AlbertForMaskedLM with no missing weight and computes the
+same scores; the parameter count is transformers'; SOP batches are half swapped, each pair two
+consecutive segments of one document; bad settings are refused in one line before any write.
+"""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+import torch
+from transformers import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
+
+from bertjax.cli import convert, export
+from bertjax.data.corpus import PreparedCorpus
+from bertjax.data.examples import IN_ORDER, SWAPPED, ExampleSource
+from bertjax.inference import loading
+from bertjax.model.config import EncoderConfig
+from bertjax.model.encoder import Encoder
+from bertjax.model.heads import BertForPretraining
+from cli_checks import assert_one_line_error, run_cli
+from pretrain_runs import REPO, SHORT, run_child, tiny_args
+
+pytestmark = pytest.mark.slow
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+VOCAB = 99
+SIZES = dict(vocab_size=VOCAB, embedding_size=16, hidden_size=48, num_attention_heads=3,
+             intermediate_size=80, num_hidden_layers=3, max_position_embeddings=64,
+             type_vocab_size=2, hidden_act="gelu_new", attn_implementation="eager")
+
+
+def randomize(model: torch.nn.Module, seed: int) -> None:
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("LayerNorm.weight"):
+                param.uniform_(0.5, 1.5)
+            else:
+                param.normal_(0.0, 0.1)
+
+
+def padded_batch(vocab: int, seed: int) -> dict:
+    """Rows of different lengths, padded with 0, the second a pair of segments."""
+    rng = np.random.default_rng(seed)
+    lengths = (20, 13, 7)
+    ids = np.zeros((len(lengths), max(lengths)), np.int32)
+    segments = np.zeros_like(ids)
+    for row, length in enumerate(lengths):
+        ids[row, :length] = rng.integers(5, vocab, length)
+    segments[1, 6:13] = 1
+    positions = np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32), ids.shape)
+    return {"input_ids": ids, "segment_ids": segments, "input_mask": (ids != 0).astype(np.int32),
+            "masked_positions": np.ascontiguousarray(positions)}
+
+
+def hf_outputs(model, batch):
+    tensors = {"input_ids": torch.tensor(batch["input_ids"], dtype=torch.long),
+               "token_type_ids": torch.tensor(batch["segment_ids"], dtype=torch.long),
+               "attention_mask": torch.tensor(batch["input_mask"])}
+    with torch.no_grad():
+        return model(**tensors, output_hidden_states=True)
+
+
+def our_outputs(params, config: EncoderConfig, batch):
+    args = (batch["input_ids"], batch["segment_ids"], batch["input_mask"])
+    layers = jax.jit(lambda p: Encoder(config, all_layers=True).apply({"params": p}, *args).layers)(
+        params["encoder"])
+    heads = jax.jit(lambda p: BertForPretraining(config).apply({"params": p}, batch))(params)
+    return np.asarray(layers), {k: np.asarray(v) for k, v in heads.items()}
+
+
+@pytest.mark.parametrize("groups", [1, 3], ids=["shared", "unshared"])
+def test_a_converted_albert_computes_transformers_states_and_scores(tmp_path, capsys, groups):
+    hf = AlbertForPreTraining(AlbertConfig(num_hidden_groups=groups, **SIZES)).eval()
+    randomize(hf, groups)
+    hf.save_pretrained(tmp_path / "hf")
+    out = str(tmp_path / "converted")
+    code, _, err = run_cli(convert, ["--from-hf", str(tmp_path / "hf"), "--output", out], capsys)
+    assert code == 0 and "initialized" not in err, err
+    bundle = loading.load(out)
+    config = bundle.encoder
+    assert (config.embedding_size, config.share_layers) == (16, groups == 1)
+    assert config.activation == "gelu_tanh"
+    batch = padded_batch(VOCAB, groups)
+    states, heads = our_outputs(bundle.params, config, batch)
+    theirs = hf_outputs(hf, batch)
+    hf_states = np.stack([h.numpy() for h in theirs.hidden_states])
+    # Our first "layer" is the embeddings before the projection; transformers' is after it.
+    print(f"max |ours - transformers|: states {np.abs(states[1:] - hf_states[1:]).max():.2e}, "
+          f"MLM {np.abs(heads['mlm_logits'] - theirs.prediction_logits.numpy()).max():.2e}")
+    np.testing.assert_allclose(states[1:], hf_states[1:], **TOL)
+    np.testing.assert_allclose(heads["mlm_logits"], theirs.prediction_logits.numpy(), **TOL)
+    np.testing.assert_allclose(heads["nsp_logits"], theirs.sop_logits.numpy(), **TOL)
+
+
+def test_a_bare_albert_model_converts_with_its_heads_initialized_and_named(tmp_path, capsys):
+    hf = AlbertModel(AlbertConfig(**SIZES)).eval()
+    randomize(hf, 7)
+    hf.save_pretrained(tmp_path / "hf")
+    out = str(tmp_path / "converted")
+    code, _, err = run_cli(convert, ["--from-hf", str(tmp_path / "hf"), "--output", out], capsys)
+    assert code == 0 and "the MLM head (predictions)" in err and "sentence-order head" in err, err
+    bundle = loading.load(out)
+    batch = padded_batch(VOCAB, 7)
+    states, _ = our_outputs(bundle.params, bundle.encoder, batch)
+    np.testing.assert_allclose(states[-1], hf_outputs(hf, batch).last_hidden_state.numpy(), **TOL)
+
+
+def our_parameter_count(config: EncoderConfig) -> int:
+    ids = np.zeros((1, 2), np.int32)
+    shapes = jax.eval_shape(lambda k: Encoder(config).init(k, ids, ids, ids), jax.random.key(0))
+    return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(shapes))
+
+
+@pytest.mark.parametrize("layers", [1, 12])
+def test_the_parameter_count_is_transformers(layers):
+    """ALBERT-base's sizes (configs/albert.py): 11.7M parameters whatever the depth."""
+    theirs = AlbertConfig(vocab_size=30_000, embedding_size=128, hidden_size=768,
+                          num_hidden_layers=layers, num_attention_heads=12,
+                          intermediate_size=3072, max_position_embeddings=512)
+    ours = EncoderConfig(vocab_size=30_000, embedding_size=128, hidden_size=768,
+                         num_layers=layers, num_heads=12, intermediate_size=3072,
+                         share_layers=True, activation="gelu_tanh")
+    count = sum(p.numel() for p in AlbertModel(theirs).parameters())
+    print(f"ALBERT-base, {layers} layer(s): {count:,} parameters")
+    assert our_parameter_count(ours) == count == 11_683_584
+    unshared = ours.replace(share_layers=False)
+    assert our_parameter_count(unshared) == sum(
+        p.numel() for p in AlbertModel(AlbertConfig(**{**theirs.to_dict(),
+                                                        "num_hidden_groups": layers})).parameters())
+
+
+@pytest.fixture(scope="module")
+def albert_run(tmp_path_factory, small_corpus_dir):
+    workdir = str(tmp_path_factory.mktemp("albert") / "wd")
+    args = tiny_args(workdir, small_corpus_dir, **SHORT)
+    args[1] = f"--config={REPO}/configs/albert.py"
+    args += [f"--config.{k}={v}" for k, v in {
+        "model.preset": "tiny", "model.embedding_size": 32, "model.max_position_embeddings": 64,
+        "data.tokenizer_type": "wordpiece", "optimizer.name": "adamw",
+        "optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 3}.items()]
+    done = run_child(args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return workdir
+
+
+def test_a_trained_albert_exports_to_transformers_albert_classes(tmp_path, capsys, albert_run):
+    out = str(tmp_path / "hf")
+    code, _, err = run_cli(export, ["--workdir", albert_run, "--format", "hf", "--output", out],
+                           capsys)
+    assert code == 0, err
+    bundle = loading.load(albert_run)
+    assert bundle.encoder.share_layers and bundle.encoder.embedding_size == 32
+    batch = padded_batch(bundle.encoder.vocab_size, 3)
+    _, heads = our_outputs(bundle.params, bundle.encoder, batch)
+    pretraining, info = AlbertForPreTraining.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"], info
+    theirs = hf_outputs(pretraining.eval(), batch)
+    np.testing.assert_allclose(heads["mlm_logits"], theirs.prediction_logits.numpy(), **TOL)
+    np.testing.assert_allclose(heads["nsp_logits"], theirs.sop_logits.numpy(), **TOL)
+    masked_lm, info = AlbertForMaskedLM.from_pretrained(out, output_loading_info=True)
+    assert not info["missing_keys"], info
+    logits = hf_outputs(masked_lm.eval(), batch).logits.numpy()
+    np.testing.assert_allclose(heads["mlm_logits"], logits, **TOL)
+
+
+def test_sentence_order_pairs_are_consecutive_segments_swapped_half_the_time(small_corpus_dir):
+    corpus = PreparedCorpus.open(small_corpus_dir)
+    source = ExampleSource(corpus, np.arange(corpus.num_documents), mode="sop",
+                           special=corpus.tokenizer.special)
+    chunks = source.chunks(64)
+    rng = np.random.default_rng(0)
+    n = 2000
+    swapped = 0
+    for i in range(n):
+        example = source.build(chunks[i % len(chunks)], 64, rng)
+        assert example.nsp_label in (IN_ORDER, SWAPPED) and example.input_ids.size <= 64
+        first, second = ((example.b_sentences, example.a_sentences)
+                         if example.nsp_label == SWAPPED else
+                         (example.a_sentences, example.b_sentences))
+        documents = np.searchsorted(corpus.document_bounds, [first[0], second[1] - 1],
+                                    side="right")
+        assert documents[0] == documents[1]  # one document
+        assert first[1] == second[0] or first == second  # consecutive (or one sentence, cut)
+        swapped += example.nsp_label == SWAPPED
+    # Binomial(2000, 1/2): 5 standard deviations are 112.
+    assert abs(swapped - n / 2) < 5 * np.sqrt(n / 4), swapped
+
+
+REFUSED = [
+    ({"model.embedding_size": 1024}, "model.embedding_size 1024 must be in [0, model.hidden_size"),
+    ({"model.activation": "relu"}, "model.activation"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", REFUSED)
+def test_bad_albert_settings_are_refused_before_the_workdir_exists(tmp_path, overrides,
+                                                                   message):
+    workdir = tmp_path / "wd"
+    args = [f"--config={REPO}/configs/albert.py", f"--workdir={workdir}"]
+    done = run_child(["bertjax.cli.main", *args,
+                      *[f"--config.{k}={v}" for k, v in overrides.items()]])
+    assert_one_line_error(done.returncode, done.stderr, message)
+    assert not os.path.exists(workdir)
+
+
+def test_reinitializing_top_layers_of_shared_layers_is_refused(tmp_path):
+    workdir = tmp_path / "wd"
+    done = run_child(["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
+                      f"--workdir={workdir}", "--config.model.preset=tiny",
+                      "--config.model.share_layers=True", "--config.finetune.reinit_top_layers=1",
+                      "--config.data.train=a.jsonl", "--config.data.eval=b.jsonl"])
+    assert_one_line_error(done.returncode, done.stderr, "model.share_layers gives every layer the same")
+    assert not os.path.exists(workdir)
