@@ -217,3 +217,14 @@ def test_reinitializing_top_layers_of_shared_layers_is_refused(tmp_path):
                       "--config.data.train=a.jsonl", "--config.data.eval=b.jsonl"])
     assert_one_line_error(done.returncode, done.stderr, "model.share_layers gives every layer the same")
     assert not os.path.exists(workdir)
+
+
+def test_reinitializing_top_layers_of_a_shared_checkpoint_is_refused(tmp_path, albert_run):
+    workdir = tmp_path / "wd"
+    done = run_child(["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
+                      f"--workdir={workdir}", f"--config.init_checkpoint={albert_run}",
+                      "--config.model.preset=from_checkpoint",
+                      "--config.finetune.reinit_top_layers=1",
+                      "--config.data.train=a.jsonl", "--config.data.eval=b.jsonl"])
+    assert_one_line_error(done.returncode, done.stderr, "so no top layer can be re-initialized")
+    assert not os.path.exists(workdir)

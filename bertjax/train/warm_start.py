@@ -22,7 +22,6 @@ from flax import traverse_util
 
 from bertjax.core.errors import UserError
 from bertjax.model import adaptation, layout, prompting
-from bertjax.model.encoder import SHARED_LAYER
 
 UNTRAINED_POOLER = "encoder/pooler"
 
@@ -116,10 +115,6 @@ def load_encoder(source: str, source_params: dict, params: Any, shardings: Any,
         if reinit_top_layers > num_layers:
             raise UserError(f"finetune.reinit_top_layers={reinit_top_layers} exceeds the "
                             f"encoder's {num_layers} layers")
-        if any(SHARED_LAYER in params.get(name, {}) for name in encoders):
-            raise UserError(f"finetune.reinit_top_layers={reinit_top_layers}: the encoder's "
-                            "layers share one layer's parameters (model.share_layers), so no "
-                            "top layer can be re-initialized alone")
         merged = reinitialize_top_layers(merged, params, shardings, reinit_top_layers,
                                          num_layers, encoders)
     if jax.process_index() == 0:
