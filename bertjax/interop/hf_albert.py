@@ -131,6 +131,45 @@ def hf_config_dict(model: EncoderConfig, architecture: str) -> dict:
             "eos_token_id": 3}
 
 
+def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> tuple[dict, dict, list]:
+    """(config.json, state dict, notes on what is left out): AlbertForPreTraining with the MLM
+    and pair heads, AlbertForMaskedLM with the MLM head alone, else AlbertModel."""
+    if heads.get("head") or model.positions_from_padding:
+        raise UserError("cannot export this ALBERT-style model to Hugging Face: only a "
+                        "pretraining model with BERT's positions has an ALBERT mapping; export "
+                        "it with --format params")
+    params = meta.unbox(params)
+    mlm, sop = "mlm" in params, "mlm" in params and "nsp" in params
+    architecture = ("AlbertForPreTraining" if sop else "AlbertForMaskedLM" if mlm
+                    else "AlbertModel")
+    dropped = [words for part, words, gone in (
+        ("pooler", "the pooler", mlm and not sop), ("sbo", "the span boundary head (sbo)", True))
+        if gone and (part in params or part in params.get("encoder", {}))]
+    notes = ([f"{', '.join(dropped)}: no counterpart in {architecture}, not exported"]
+             if dropped else [])
+    state = to_hf_state_dict(params, model, mlm=mlm, sop=sop, pooler=sop or not mlm)
+    return hf_config_dict(model, architecture), state, notes
+
+
+def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], scan_layers: bool
+            ) -> tuple[dict, EncoderConfig, list[str], list[str]]:
+    """(our params, the encoder, the parts the checkpoint lacks in words, the names not taken);
+    an encoder weight missing, or one the config does not call for, is refused."""
+    model = encoder_config_from_hf(hf_config, scan_layers=scan_layers)
+    params, missing, unused = from_hf_state_dict(state_dict, model)
+    encoder_missing = [n for n in missing if not n.startswith(tuple(PARTS))]
+    if encoder_missing:
+        raise UserError(f"the weights lack {len(encoder_missing)} encoder parameters the config "
+                        f"calls for, e.g. {encoder_missing[0]} (does config.json describe these "
+                        "weights?)")
+    extra = [n for n in unused if n.removeprefix("albert.").startswith(("embeddings.", "encoder."))]
+    if extra:
+        raise UserError(f"the weights hold {extra[0]}, which the config does not call for: does "
+                        "config.json describe these weights?")
+    absent = [words for part, words in PARTS.items() if any(n.startswith(part) for n in missing)]
+    return params, model, absent, unused
+
+
 def _entries(model: EncoderConfig, scanned: bool, pooler: bool, mlm: bool, sop: bool):
     """(our path, HF name, converters, index into a stacked layer axis or None)."""
     for path, name, conv in _EMBEDDINGS + (_POOLER if pooler else []):

@@ -122,20 +122,7 @@ def _modernbert_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> 
 
 
 def _albert_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
-    if heads.get("head") or model.positions_from_padding:
-        raise UserError("cannot export this ALBERT-style model to Hugging Face: only a "
-                        "pretraining model with BERT's positions has an ALBERT mapping; export "
-                        "it with --format params")
-    params = nn.meta.unbox(params)
-    mlm, sop = "mlm" in params, "mlm" in params and "nsp" in params
-    architecture = ("AlbertForPreTraining" if sop else "AlbertForMaskedLM" if mlm
-                    else "AlbertModel")
-    dropped = [words for part, words, gone in (
-        ("pooler", "the pooler", mlm and not sop), ("sbo", "the span boundary head (sbo)", True))
-        if gone and (part in params or part in params.get("encoder", {}))]
-    notes = [f"{', '.join(dropped)}: no counterpart in {architecture}, not exported"] if dropped else []
-    state = hf_albert.to_hf_state_dict(params, model, mlm=mlm, sop=sop, pooler=sop or not mlm)
-    return HFModel(hf_albert.hf_config_dict(model, architecture), state, notes)
+    return HFModel(*hf_albert.to_hf(params, model, heads))
 
 
 def _roberta_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
@@ -296,21 +283,8 @@ def _modernbert_from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], scan_
 
 def _albert_from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], scan_layers: bool,
                     seed: int) -> Imported:
-    model = hf_albert.encoder_config_from_hf(hf_config, scan_layers=scan_layers)
-    params, missing, unused = hf_albert.from_hf_state_dict(state_dict, model)
-    absent = [part for part in hf_albert.PARTS if any(n.startswith(part) for n in missing)]
-    encoder_missing = [n for n in missing if not n.startswith(tuple(hf_albert.PARTS))]
-    if encoder_missing:
-        raise UserError(f"the weights lack {len(encoder_missing)} encoder parameters the config "
-                        f"calls for, e.g. {encoder_missing[0]} (does config.json describe these "
-                        "weights?)")
-    extra = [n for n in unused if n.removeprefix("albert.").startswith(("embeddings.", "encoder."))]
-    if extra:
-        raise UserError(f"the weights hold {extra[0]}, which the config does not call for: does "
-                        "config.json describe these weights?")
-    if absent:
-        params = _fill_in(params, model, seed)
-    return Imported(params, model, [hf_albert.PARTS[p] for p in absent], unused)
+    params, model, absent, unused = hf_albert.from_hf(hf_config, state_dict, scan_layers)
+    return Imported(_fill_in(params, model, seed) if absent else params, model, absent, unused)
 
 
 def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:
