@@ -7,13 +7,16 @@ same scores; the parameter count is transformers'; SOP batches are half swapped,
 consecutive segments of one document; bad settings are refused in one line before any write.
 """
 
+import io
 import os
 
 import jax
 import numpy as np
 import pytest
+import sentencepiece as spm
 import torch
-from transformers import AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining, AlbertModel
+from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining, AlbertModel,
+                          AlbertTokenizer)
 
 from bertjax.cli import convert, export
 from bertjax.data.corpus import PreparedCorpus
@@ -28,10 +31,32 @@ from pretrain_runs import REPO, SHORT, run_child, tiny_args
 pytestmark = pytest.mark.slow
 
 TOL = dict(atol=1e-5, rtol=1e-5)
-VOCAB = 99
-SIZES = dict(vocab_size=VOCAB, embedding_size=16, hidden_size=48, num_attention_heads=3,
+TEXTS = ["The cat sat on the mat.", "Two men play chess in a park, after the rain.", "Paris!"]
+SIZES = dict(embedding_size=16, hidden_size=48, num_attention_heads=3,
              intermediate_size=80, num_hidden_layers=3, max_position_embeddings=64,
              type_vocab_size=2, hidden_act="gelu_new", attn_implementation="eager")
+
+
+@pytest.fixture(scope="module")
+def spiece(tmp_path_factory, demo_articles) -> tuple[bytes, int]:
+    """An ALBERT-style SentencePiece model trained here: <pad> 0, <unk> 1, [CLS] 2, [SEP] 3,
+    [MASK] 4, as albert-base-v2's spiece.model has them; (its bytes, its size)."""
+    model = io.BytesIO()
+    sentences = (s.lower() for d in demo_articles[:20] for s in d)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=sentences, model_writer=model, vocab_size=400, model_type="unigram",
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece="<pad>", unk_piece="<unk>",
+        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], hard_vocab_limit=False,
+        minloglevel=2)
+    processor = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    return model.getvalue(), processor.get_piece_size()
+
+
+def save_hf(directory, model, spiece_bytes: bytes) -> str:
+    model.save_pretrained(directory)
+    with open(os.path.join(directory, "spiece.model"), "wb") as f:
+        f.write(spiece_bytes)
+    return str(directory)
 
 
 def randomize(model: torch.nn.Module, seed: int) -> None:
@@ -75,18 +100,21 @@ def our_outputs(params, config: EncoderConfig, batch):
 
 
 @pytest.mark.parametrize("groups", [1, 3], ids=["shared", "unshared"])
-def test_a_converted_albert_computes_transformers_states_and_scores(tmp_path, capsys, groups):
-    hf = AlbertForPreTraining(AlbertConfig(num_hidden_groups=groups, **SIZES)).eval()
+def test_a_converted_albert_computes_transformers_states_and_scores(tmp_path, capsys, groups,
+                                                                    spiece):
+    vocab = spiece[1]
+    hf = AlbertForPreTraining(AlbertConfig(num_hidden_groups=groups, vocab_size=vocab,
+                                           **SIZES)).eval()
     randomize(hf, groups)
-    hf.save_pretrained(tmp_path / "hf")
+    source = save_hf(tmp_path / "hf", hf, spiece[0])
     out = str(tmp_path / "converted")
-    code, _, err = run_cli(convert, ["--from-hf", str(tmp_path / "hf"), "--output", out], capsys)
+    code, _, err = run_cli(convert, ["--from-hf", source, "--output", out], capsys)
     assert code == 0 and "initialized" not in err, err
     bundle = loading.load(out)
     config = bundle.encoder
     assert (config.embedding_size, config.share_layers) == (16, groups == 1)
     assert config.activation == "gelu_tanh"
-    batch = padded_batch(VOCAB, groups)
+    batch = padded_batch(vocab, groups)
     states, heads = our_outputs(bundle.params, config, batch)
     theirs = hf_outputs(hf, batch)
     hf_states = np.stack([h.numpy() for h in theirs.hidden_states])
@@ -98,16 +126,29 @@ def test_a_converted_albert_computes_transformers_states_and_scores(tmp_path, ca
     np.testing.assert_allclose(heads["nsp_logits"], theirs.sop_logits.numpy(), **TOL)
 
 
-def test_a_bare_albert_model_converts_with_its_heads_initialized_and_named(tmp_path, capsys):
-    hf = AlbertModel(AlbertConfig(**SIZES)).eval()
+def test_a_bare_albert_model_and_its_tokenizer_embed_text_as_transformers(tmp_path, capsys,
+                                                                          spiece):
+    """AlbertModel with spiece.model: the converted tokenizer gives AlbertTokenizer's ids, and
+    the encoder its last hidden states on those texts, padded."""
+    hf = AlbertModel(AlbertConfig(vocab_size=spiece[1], **SIZES)).eval()
     randomize(hf, 7)
-    hf.save_pretrained(tmp_path / "hf")
+    source = save_hf(tmp_path / "hf", hf, spiece[0])
     out = str(tmp_path / "converted")
-    code, _, err = run_cli(convert, ["--from-hf", str(tmp_path / "hf"), "--output", out], capsys)
+    code, _, err = run_cli(convert, ["--from-hf", source, "--output", out], capsys)
     assert code == 0 and "the MLM head (predictions)" in err and "sentence-order head" in err, err
     bundle = loading.load(out)
-    batch = padded_batch(VOCAB, 7)
-    states, _ = our_outputs(bundle.params, bundle.encoder, batch)
+    theirs = AlbertTokenizer.from_pretrained(source)(TEXTS, padding=True, return_tensors="np")
+    tokenizer = bundle.tokenizer()
+    special = tokenizer.special
+    for row, text in enumerate(TEXTS):
+        ids = [special.cls, *tokenizer.encode(text).tolist(), special.sep]
+        assert theirs["input_ids"][row][theirs["attention_mask"][row] == 1].tolist() == ids
+    batch = {"input_ids": theirs["input_ids"].astype(np.int32),
+             "segment_ids": np.zeros(theirs["input_ids"].shape, np.int32),
+             "input_mask": theirs["attention_mask"].astype(np.int32)}
+    assert batch["input_mask"].min() == 0  # padded
+    states, _ = our_outputs(bundle.params, bundle.encoder, {
+        **batch, "masked_positions": np.zeros((len(TEXTS), 1), np.int32)})
     np.testing.assert_allclose(states[-1], hf_outputs(hf, batch).last_hidden_state.numpy(), **TOL)
 
 

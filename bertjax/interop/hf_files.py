@@ -23,7 +23,8 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from bertjax.data.json_tokenizer import JSON_FILE, JsonTokenizer
-from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
+from bertjax.data.tokenizer import (SPECIAL_TOKENS, SentencePieceTokenizer, Tokenizer,
+                                    WordPieceTokenizer, load_tokenizer)
 from bertjax.core import extras, json_records
 from bertjax.core.errors import UserError
 
@@ -36,6 +37,7 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 # Where an export keeps a vocabulary that transformers has no BERT tokenizer for (SentencePiece).
 BERTJAX_TOKENIZER = "bertjax_tokenizer"
+SPIECE = "spiece.model"  # ALBERT's SentencePiece model
 _OTHER_FRAMEWORKS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index")
 _SPECIAL_NAMES = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
 
@@ -174,6 +176,9 @@ def read_tokenizer(hf_dir: str) -> tuple[Tokenizer | None, list[str]]:
     if (not os.path.isfile(os.path.join(hf_dir, VOCAB))
             and os.path.isfile(os.path.join(hf_dir, JSON_FILE))):
         return load_tokenizer(hf_dir), []  # a fast tokenizer's file, ModernBERT's among them
+    if (not os.path.isfile(os.path.join(hf_dir, VOCAB))
+            and os.path.isfile(os.path.join(hf_dir, SPIECE))):
+        return _albert_tokenizer(hf_dir)
     if not os.path.isfile(os.path.join(hf_dir, VOCAB)):
         ours = os.path.join(hf_dir, BERTJAX_TOKENIZER)
         if os.path.isdir(ours):
@@ -194,6 +199,19 @@ def read_tokenizer(hf_dir: str) -> tuple[Tokenizer | None, list[str]]:
                      "CJK characters")
     tokenizer = WordPieceTokenizer.from_vocab_file(os.path.join(hf_dir, VOCAB), lowercase)
     return tokenizer, notes
+
+
+def _albert_tokenizer(hf_dir: str) -> tuple[Tokenizer, list[str]]:
+    """ALBERT's spiece.model (its <pad> the padding piece), lowercased as AlbertTokenizer's
+    do_lower_case says (true by default)."""
+    settings = _read_json_object(os.path.join(hf_dir, TOKENIZER_CONFIG))
+    lowercase = bool(settings.get("do_lower_case", True))
+    notes = []
+    if not settings.get("keep_accents", False):
+        notes.append(f"{SPIECE}: AlbertTokenizer strips accents (keep_accents false); bertjax's "
+                     "SentencePiece tokenizer keeps them, so accented text may tokenize "
+                     "differently")
+    return SentencePieceTokenizer.from_model_file(os.path.join(hf_dir, SPIECE), lowercase), notes
 
 
 def _read_json_object(path: str) -> dict[str, Any]:
