@@ -16,17 +16,19 @@ import pytest
 import sentencepiece as spm
 import torch
 from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining, AlbertModel,
-                          AlbertTokenizer)
+                          AlbertTokenizer, AutoTokenizer)
 
 from bertjax.cli import convert, export
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.examples import IN_ORDER, SWAPPED, ExampleSource
+from bertjax.data.tokenizer_training import train_sentencepiece
 from bertjax.inference import loading
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import REPO, SHORT, run_child, tiny_args
+from saved_runs import random_params, save_workdir
 
 pytestmark = pytest.mark.slow
 
@@ -269,3 +271,38 @@ def test_reinitializing_top_layers_of_a_shared_checkpoint_is_refused(tmp_path, a
                       "--config.data.train=a.jsonl", "--config.data.eval=b.jsonl"])
     assert_one_line_error(done.returncode, done.stderr, "so no top layer can be re-initialized")
     assert not os.path.exists(workdir)
+
+
+def test_a_sentencepiece_albert_exports_a_tokenizer_that_albert_tokenizer_reads(
+        tmp_path, capsys, demo_articles):
+    """configs/albert.py trains a SentencePiece vocabulary: the export carries it as spiece.model,
+    and AlbertTokenizer gives our ids; the model converts back bit for bit."""
+    tokenizer = train_sentencepiece((s for d in demo_articles[:20] for s in d), vocab_size=500)
+    tokenizer_dir = str(tmp_path / "tokenizer")
+    tokenizer.save(tokenizer_dir)
+    config = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=48, num_heads=3,
+                           intermediate_size=80, num_layers=2, max_position_embeddings=64,
+                           embedding_size=16, share_layers=True, activation="gelu_tanh",
+                           scan_layers=True)
+    ids = np.zeros((1, 4), np.int32)
+    params = random_params(BertForPretraining(config), ({
+        "input_ids": ids, "segment_ids": ids, "input_mask": ids, "masked_positions": ids},), 3)
+    workdir = save_workdir(str(tmp_path / "wd"), params, config, task="pretrain",
+                           heads={"nsp": True, "sbo": False}, tokenizer_dir=tokenizer_dir)
+    out = str(tmp_path / "hf")
+    code, _, err = run_cli(export, ["--workdir", workdir, "--format", "hf", "--output", out],
+                           capsys)
+    assert code == 0 and err == "", err
+    theirs = AutoTokenizer.from_pretrained(out)
+    special = tokenizer.special
+    for text in TEXTS:
+        assert theirs(text)["input_ids"] == [special.cls, *tokenizer.encode(text).tolist(),
+                                             special.sep]
+    back = str(tmp_path / "back")
+    code, _, err = run_cli(convert, ["--from-hf", out, "--output", back], capsys)
+    assert code == 0 and "initialized" not in err, err
+    converted = loading.load(back)
+    assert converted.encoder == config
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(converted.params),
+                                                     jax.tree.leaves(params)))
+    assert converted.tokenizer().encode(TEXTS[1]).tolist() == tokenizer.encode(TEXTS[1]).tolist()

@@ -147,6 +147,11 @@ class SentencePieceTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
 
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model (what a .model file holds)."""
+        return self._proto
+
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         if self.lowercase:
             texts = [t.lower() for t in texts]

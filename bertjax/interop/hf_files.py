@@ -124,7 +124,7 @@ def write_model(directory: str, config: dict, state_dict: dict[str, np.ndarray])
 
 
 def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int,
-                    fast: bool = False) -> str | None:
+                    fast: bool = False, albert: bool = False) -> str | None:
     """BertTokenizer's files for a WordPiece vocabulary; returns a warning when there is none.
     `fast` adds its tokenizer.json, which transformers needs for a model type whose own
     tokenizer is a fast one only (ModernBert's).
@@ -134,6 +134,9 @@ def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int,
     """
     if isinstance(tokenizer, JsonTokenizer):
         _write_fast_tokenizer(directory, tokenizer, model_max_length)
+        return None
+    if albert and isinstance(tokenizer, SentencePieceTokenizer):
+        _write_albert_tokenizer(directory, tokenizer, model_max_length)
         return None
     if not isinstance(tokenizer, WordPieceTokenizer):
         tokenizer.save(os.path.join(directory, BERTJAX_TOKENIZER))
@@ -166,6 +169,23 @@ def _write_fast_tokenizer(directory: str, tokenizer: JsonTokenizer,
                zip(_SPECIAL_NAMES, ("pad", "unk", "cls", "sep", "mask"))}
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": model_max_length,
               "clean_up_tokenization_spaces": False, **special}
+    for name, content in ((TOKENIZER_CONFIG, config), (SPECIAL_TOKENS_MAP, special)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+
+
+def _write_albert_tokenizer(directory: str, tokenizer: SentencePieceTokenizer,
+                            model_max_length: int) -> None:
+    """spiece.model with the tokenizer_config.json that makes it AlbertTokenizer's: our special
+    pieces, our lowercasing, accents kept (bertjax's SentencePiece tokenizer keeps them)."""
+    with open(os.path.join(directory, SPIECE), "wb") as f:
+        f.write(tokenizer.model_proto)
+    ids = tokenizer.special
+    special = {name: tokenizer.id_to_token(getattr(ids, role)) for name, role in
+               zip(_SPECIAL_NAMES, ("pad", "unk", "cls", "sep", "mask"))}
+    config = {"tokenizer_class": "AlbertTokenizer", "do_lower_case": tokenizer.lowercase,
+              "keep_accents": True, "remove_space": True, "model_max_length": model_max_length,
+              "bos_token": special["cls_token"], "eos_token": special["sep_token"], **special}
     for name, content in ((TOKENIZER_CONFIG, config), (SPECIAL_TOKENS_MAP, special)):
         with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
             json.dump(content, f, indent=2)
