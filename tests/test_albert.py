@@ -1,10 +1,10 @@
 """ALBERT (factorised embeddings, one layer's parameters shared by every layer, sentence-order
 prediction) against transformers' Albert models: random AlbertForPreTraining / AlbertModel
-directories converted by `python -m bertjax.convert` compute transformers' hidden states and
-scores on padded text; a tiny `configs/albert.py` run exported by `python -m bertjax.export`
-loads into AlbertForPreTraining and AlbertForMaskedLM with no missing weight and computes the
-same scores; the parameter count is transformers'; SOP batches are half swapped, each pair two
-consecutive segments of one document; bad settings are refused in one line before any write.
+directories with an ALBERT-style spiece.model, converted by `python -m bertjax.convert`, compute
+transformers' hidden states and scores on padded text and tokenize as AlbertTokenizer; a
+SentencePiece ALBERT exports a tokenizer AlbertTokenizer reads and converts back bit for bit; the
+parameter count is transformers'; SOP pairs are half swapped, each two consecutive segments of
+one document; bad settings are refused in one line before any write. Runs: test_albert_runs.py.
 """
 
 import io
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 import torch
-from transformers import (AlbertConfig, AlbertForMaskedLM, AlbertForPreTraining, AlbertModel,
-                          AlbertTokenizer, AutoTokenizer)
+from transformers import (AlbertConfig, AlbertForPreTraining, AlbertModel, AlbertTokenizer,
+                          AutoTokenizer)
 
 from bertjax.cli import convert, export
 from bertjax.data.corpus import PreparedCorpus
@@ -26,13 +26,13 @@ from bertjax.inference import loading
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
+from albert_reference import TOL, hf_outputs, our_outputs, padded_batch
 from cli_checks import assert_one_line_error, run_cli
-from pretrain_runs import REPO, SHORT, run_child, tiny_args
+from pretrain_runs import REPO, run_child
 from saved_runs import random_params, save_workdir
 
 pytestmark = pytest.mark.slow
 
-TOL = dict(atol=1e-5, rtol=1e-5)
 TEXTS = ["The cat sat on the mat.", "Two men play chess in a park, after the rain.", "Paris!"]
 SIZES = dict(embedding_size=16, hidden_size=48, num_attention_heads=3,
              intermediate_size=80, num_hidden_layers=3, max_position_embeddings=64,
@@ -69,36 +69,6 @@ def randomize(model: torch.nn.Module, seed: int) -> None:
                 param.uniform_(0.5, 1.5)
             else:
                 param.normal_(0.0, 0.1)
-
-
-def padded_batch(vocab: int, seed: int) -> dict:
-    """Rows of different lengths, padded with 0, the second a pair of segments."""
-    rng = np.random.default_rng(seed)
-    lengths = (20, 13, 7)
-    ids = np.zeros((len(lengths), max(lengths)), np.int32)
-    segments = np.zeros_like(ids)
-    for row, length in enumerate(lengths):
-        ids[row, :length] = rng.integers(5, vocab, length)
-    segments[1, 6:13] = 1
-    positions = np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32), ids.shape)
-    return {"input_ids": ids, "segment_ids": segments, "input_mask": (ids != 0).astype(np.int32),
-            "masked_positions": np.ascontiguousarray(positions)}
-
-
-def hf_outputs(model, batch):
-    tensors = {"input_ids": torch.tensor(batch["input_ids"], dtype=torch.long),
-               "token_type_ids": torch.tensor(batch["segment_ids"], dtype=torch.long),
-               "attention_mask": torch.tensor(batch["input_mask"])}
-    with torch.no_grad():
-        return model(**tensors, output_hidden_states=True)
-
-
-def our_outputs(params, config: EncoderConfig, batch):
-    args = (batch["input_ids"], batch["segment_ids"], batch["input_mask"])
-    layers = jax.jit(lambda p: Encoder(config, all_layers=True).apply({"params": p}, *args).layers)(
-        params["encoder"])
-    heads = jax.jit(lambda p: BertForPretraining(config).apply({"params": p}, batch))(params)
-    return np.asarray(layers), {k: np.asarray(v) for k, v in heads.items()}
 
 
 @pytest.mark.parametrize("groups", [1, 3], ids=["shared", "unshared"])
@@ -178,40 +148,6 @@ def test_the_parameter_count_is_transformers(layers):
                                                         "num_hidden_groups": layers})).parameters())
 
 
-@pytest.fixture(scope="module")
-def albert_run(tmp_path_factory, small_corpus_dir):
-    workdir = str(tmp_path_factory.mktemp("albert") / "wd")
-    args = tiny_args(workdir, small_corpus_dir, **SHORT)
-    args[1] = f"--config={REPO}/configs/albert.py"
-    args += [f"--config.{k}={v}" for k, v in {
-        "model.preset": "tiny", "model.embedding_size": 32, "model.max_position_embeddings": 64,
-        "data.tokenizer_type": "wordpiece", "optimizer.name": "adamw",
-        "optimizer.learning_rate": 1e-3, "optimizer.warmup_steps": 3}.items()]
-    done = run_child(args)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return workdir
-
-
-def test_a_trained_albert_exports_to_transformers_albert_classes(tmp_path, capsys, albert_run):
-    out = str(tmp_path / "hf")
-    code, _, err = run_cli(export, ["--workdir", albert_run, "--format", "hf", "--output", out],
-                           capsys)
-    assert code == 0, err
-    bundle = loading.load(albert_run)
-    assert bundle.encoder.share_layers and bundle.encoder.embedding_size == 32
-    batch = padded_batch(bundle.encoder.vocab_size, 3)
-    _, heads = our_outputs(bundle.params, bundle.encoder, batch)
-    pretraining, info = AlbertForPreTraining.from_pretrained(out, output_loading_info=True)
-    assert not info["missing_keys"], info
-    theirs = hf_outputs(pretraining.eval(), batch)
-    np.testing.assert_allclose(heads["mlm_logits"], theirs.prediction_logits.numpy(), **TOL)
-    np.testing.assert_allclose(heads["nsp_logits"], theirs.sop_logits.numpy(), **TOL)
-    masked_lm, info = AlbertForMaskedLM.from_pretrained(out, output_loading_info=True)
-    assert not info["missing_keys"], info
-    logits = hf_outputs(masked_lm.eval(), batch).logits.numpy()
-    np.testing.assert_allclose(heads["mlm_logits"], logits, **TOL)
-
-
 def test_sentence_order_pairs_are_consecutive_segments_swapped_half_the_time(small_corpus_dir):
     corpus = PreparedCorpus.open(small_corpus_dir)
     source = ExampleSource(corpus, np.arange(corpus.num_documents), mode="sop",
@@ -259,17 +195,6 @@ def test_reinitializing_top_layers_of_shared_layers_is_refused(tmp_path):
                       "--config.model.share_layers=True", "--config.finetune.reinit_top_layers=1",
                       "--config.data.train=a.jsonl", "--config.data.eval=b.jsonl"])
     assert_one_line_error(done.returncode, done.stderr, "model.share_layers gives every layer the same")
-    assert not os.path.exists(workdir)
-
-
-def test_reinitializing_top_layers_of_a_shared_checkpoint_is_refused(tmp_path, albert_run):
-    workdir = tmp_path / "wd"
-    done = run_child(["bertjax.cli.main", f"--config={REPO}/configs/finetune_sentiment.py",
-                      f"--workdir={workdir}", f"--config.init_checkpoint={albert_run}",
-                      "--config.model.preset=from_checkpoint",
-                      "--config.finetune.reinit_top_layers=1",
-                      "--config.data.train=a.jsonl", "--config.data.eval=b.jsonl"])
-    assert_one_line_error(done.returncode, done.stderr, "so no top layer can be re-initialized")
     assert not os.path.exists(workdir)
 
 
