@@ -122,6 +122,12 @@ def test_a_bare_albert_model_and_its_tokenizer_embed_text_as_transformers(tmp_pa
     states, _ = our_outputs(bundle.params, bundle.encoder, {
         **batch, "masked_positions": np.zeros((len(TEXTS), 1), np.int32)})
     np.testing.assert_allclose(states[-1], hf_outputs(hf, batch).last_hidden_state.numpy(), **TOL)
+    # bertjax.load reads the Hugging Face directory itself the same way.
+    direct = loading.load(source)
+    assert direct.encoder == bundle.encoder
+    for a, b in zip(jax.tree.leaves(direct.params["encoder"]),
+                    jax.tree.leaves(bundle.params["encoder"])):
+        np.testing.assert_array_equal(a, b)
 
 
 def our_parameter_count(config: EncoderConfig) -> int:
