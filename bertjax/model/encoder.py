@@ -2,9 +2,9 @@
 
 With the config's defaults this is Hugging Face's `BertModel` exactly (exact erf GELU, LayerNorm
 after each residual add); with ModernBERT's options (rotary positions, pre-norm, GeGLU, no
-biases, sliding-window layers) it is `ModernBertModel`. Converted checkpoints reproduce either to
-fp32 rounding. Parameters live in
-`config.param_dtype` and matmuls run in `config.dtype` (their operands in `config.matmul_dtype`
+biases, sliding-window layers) it is `ModernBertModel`, and with ALBERT's (factorised
+embeddings, one layer's parameters shared by every layer, tanh GELU) `AlbertModel`. Converted
+checkpoints reproduce each to fp32 rounding. Parameters live in `config.param_dtype` and matmuls run in `config.dtype` (their operands in `config.matmul_dtype`
 when set); softmax, LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the
 compute dtype.
 
@@ -201,7 +201,8 @@ class Encoder(nn.Module):
     alone or inside task heads.
 
     Parameters: `embeddings`, then `layers` (scan: stacked on a leading "layers" axis) or
-    `layer_0` .. `layer_{L-1}` (loop), then `final_norm` (pre-LN only) and `pooler`.
+    `layer_0` .. `layer_{L-1}` (loop) or, with model.share_layers (ALBERT), `shared_layer`, then
+    `final_norm` (pre-LN only) and `pooler`.
     `all_layers` changes no parameter, only what is returned (EncoderOutput.layers); training
     leaves it off, so nothing extra is kept.
     """
