@@ -4,9 +4,9 @@ With the config's defaults this is Hugging Face's `BertModel` exactly (exact erf
 after each residual add); with ModernBERT's options (rotary positions, pre-norm, GeGLU, no
 biases, sliding-window layers) it is `ModernBertModel`, and with ALBERT's (factorised
 embeddings, one layer's parameters shared by every layer, tanh GELU) `AlbertModel`. Converted
-checkpoints reproduce each to fp32 rounding. Parameters live in `config.param_dtype` and matmuls run in `config.dtype` (their operands in `config.matmul_dtype`
-when set); softmax, LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the
-compute dtype.
+checkpoints reproduce each to fp32 rounding. Parameters live in `config.param_dtype` and
+matmuls run in `config.dtype` (their operands in `config.matmul_dtype` when set); softmax,
+LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the compute dtype.
 
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and activations are
 constrained at layer boundaries (`nn.with_logical_constraint`); both are inert until the caller
