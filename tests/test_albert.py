@@ -96,6 +96,9 @@ def test_a_converted_albert_computes_transformers_states_and_scores(tmp_path, ca
     np.testing.assert_allclose(states, hf_states, **TOL)
     np.testing.assert_allclose(heads["mlm_logits"], theirs.prediction_logits.numpy(), **TOL)
     np.testing.assert_allclose(heads["nsp_logits"], theirs.sop_logits.numpy(), **TOL)
+    if config.share_layers:  # one tree for both: the loop over the one layer computes the same
+        looped, _ = our_outputs(bundle.params, config.replace(scan_layers=False), batch)
+        np.testing.assert_allclose(looped, states, atol=1e-6, rtol=1e-6)
 
 
 def test_a_bare_albert_model_and_its_tokenizer_embed_text_as_transformers(tmp_path, capsys,
