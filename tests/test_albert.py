@@ -19,10 +19,12 @@ from transformers import (AlbertConfig, AlbertForPreTraining, AlbertModel, Alber
                           AutoTokenizer)
 
 from bertjax.cli import convert, export
+from bertjax.core.errors import UserError
 from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.examples import IN_ORDER, SWAPPED, ExampleSource
 from bertjax.data.tokenizer_training import train_sentencepiece
 from bertjax.inference import loading
+from bertjax.interop import hf_electra
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
@@ -240,3 +242,10 @@ def test_a_sentencepiece_albert_exports_a_tokenizer_that_albert_tokenizer_reads(
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(converted.params),
                                                      jax.tree.leaves(params)))
     assert converted.tokenizer().encode(TEXTS[1]).tolist() == tokenizer.encode(TEXTS[1]).tolist()
+
+
+def test_an_electra_run_with_albert_options_is_not_exported_as_transformers_electra():
+    model = EncoderConfig(hidden_size=48, num_heads=3, intermediate_size=80, num_layers=2,
+                          embedding_size=16, share_layers=True)
+    with pytest.raises(UserError, match="has no mapping to transformers' ELECTRA"):
+        hf_electra.to_hf({}, model, {"electra": {}})
