@@ -27,7 +27,8 @@ def get_config() -> ml_collections.ConfigDict:
     # Start from another run's parameters: a pretraining workdir or a converted HF checkpoint.
     config.init_checkpoint = ""
     # bert: MLM + NSP; roberta: MLM only, full sentences; spanbert: span masking, MLM + SBO;
-    # electra: replaced token detection (configs/electra.py).
+    # electra: replaced token detection (configs/electra.py); albert: MLM + sentence-order
+    # prediction (configs/albert.py).
     config.objective = "bert"
     # objective=electra only: the generator and the weight of its discriminator's loss.
     config.electra = section(ElectraSettings)

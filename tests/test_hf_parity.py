@@ -182,9 +182,13 @@ def test_configs_convert_both_ways_and_unsupported_models_are_user_errors():
         BertConfig(**hf_dict).to_dict(), dtype="bfloat16").dtype == "bfloat16"
     for key, value in [("model_type", "roberta"),
                        ("position_embedding_type", "relative_key_query"),
-                       ("hidden_act", "gelu_new")]:
+                       ("hidden_act", "relu")]:
         with pytest.raises(UserError, match=f"unsupported {key} '{value}'"):
             hf_bert_config.encoder_config_from_hf({**hf_dict, key: value})
+    # transformers' "gelu_new" is the tanh approximation, which the encoder computes too.
+    tanh = hf_bert_config.encoder_config_from_hf({**hf_dict, "hidden_act": "gelu_new"})
+    assert tanh == config.replace(activation="gelu_tanh")
+    assert hf_bert_config.hf_config_dict(tanh)["hidden_act"] == "gelu_new"
     with pytest.raises(UserError, match="not divisible"):
         hf_bert_config.encoder_config_from_hf({**hf_dict, "num_attention_heads": 7})
     with pytest.raises(UserError, match="bad model setting"):

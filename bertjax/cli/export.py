@@ -154,7 +154,8 @@ def export(source: str, fmt: str, output: str, *, step: int | None = None, token
             if vocabulary is not None:
                 note = hf_files.write_tokenizer(
                     directory, vocabulary, bundle.encoder.max_sequence_length,
-                    fast=hf.config.get("model_type") == "modernbert")
+                    fast=hf.config.get("model_type") == "modernbert",
+                    albert=hf.config.get("model_type") == "albert")
                 notes += [note] if note and not subdir else []
     return notes + warnings
 

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     with data.train_iterator(flag_values.step) as batches_from:
         batches = [next(batches_from) for _ in range(flag_values.batches)]
     print(f"step {flag_values.step}, {data.local_batch_size} examples a batch, mode {data.mode}")
-    print(describe_batch(batches[0], tokenizer, flag_values.examples))
+    print(describe_batch(batches[0], tokenizer, flag_values.examples, data.mode))
     print(f"statistics over {len(batches)} batches:")
     print(format_statistics(batch_statistics(batches, tokenizer)))
     if flag_values.dump:

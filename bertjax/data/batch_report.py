@@ -15,7 +15,8 @@ from bertjax.core.errors import UserError
 from bertjax.data.tokenizer import Tokenizer
 
 
-NSP_NAMES = {0: "IsNext", 1: "NotNext"}
+# The pair label's meaning by example mode: next-sentence or sentence-order prediction.
+PAIR_NAMES = {"nsp": {0: "IsNext", 1: "NotNext"}, "sop": {0: "InOrder", 1: "Swapped"}}
 
 
 def _original_ids(batch: dict) -> np.ndarray:
@@ -26,7 +27,8 @@ def _original_ids(batch: dict) -> np.ndarray:
     return ids
 
 
-def describe_batch(batch: dict, tokenizer: Tokenizer, max_examples: int) -> str:
+def describe_batch(batch: dict, tokenizer: Tokenizer, max_examples: int,
+                   mode: str = "nsp") -> str:
     """The first `max_examples` examples, one token a word, targets shown as `seen(=target)`."""
     lines = []
     for i in range(min(max_examples, batch["input_ids"].shape[0])):
@@ -39,7 +41,7 @@ def describe_batch(batch: dict, tokenizer: Tokenizer, max_examples: int) -> str:
         header = f"example {i}: {length} tokens, {int(real.sum())} predictions"
         if "nsp_label" in batch:
             label = int(batch["nsp_label"][i])
-            header += f", nsp_label {label} ({NSP_NAMES.get(label, '?')})"
+            header += f", nsp_label {label} ({PAIR_NAMES.get(mode, {}).get(label, '?')})"
         padding = batch["input_ids"].shape[1] - length
         lines += [header, "  " + " ".join(words) + (f"  + {padding} x [PAD]" if padding else "")]
     return "\n".join(lines)

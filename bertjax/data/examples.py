@@ -11,6 +11,9 @@ vectorized numpy (see `greedy_boundaries`), and follow the references exactly:
   of a chunk (k uniform in [1, n-1]), B the rest (IsNext) or a run of sentences from a random
   other document (NotNext), then `truncate_seq_pair`. With probability short_seq_prob the target
   is a random shorter length and the example uses only the chunk's prefix reaching it.
+- "sop" (ALBERT's sentence-order prediction, Lan et al. 2020): the same chunks; A and B are
+  two consecutive segments of one document (A the chunk's first k sentences, B the rest), swapped
+  with probability 1/2 (label SWAPPED). A one-sentence document is cut inside its sentence.
 - "full_sentences" (RoBERTa FULL-SENTENCES, fairseq `TokenBlockDataset` break_mode="complete"):
   whole sentences packed greedily up to seq_len - 2 tokens, crossing document boundaries with a
   [SEP] between documents. A sentence longer than the budget is an example of its own, truncated.
@@ -32,9 +35,11 @@ from bertjax.data.corpus import PreparedCorpus
 from bertjax.data.tokenizer import SpecialIds
 from bertjax.core.errors import UserError, check_choice
 
-MODES = ("nsp", "full_sentences", "documents")
+MODES = ("nsp", "sop", "full_sentences", "documents")
+PAIR_MODES = ("nsp", "sop")  # [CLS] A [SEP] B [SEP] with a label: the model's pair head reads it
 MIN_SEQ_LEN = 5  # [CLS] A [SEP] B [SEP] with one token on each side
 IS_NEXT, NOT_NEXT = 0, 1
+IN_ORDER, SWAPPED = 0, 1  # "sop": Hugging Face's sentence_order_label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +47,7 @@ class Example:
     """One example before padding and masking, with where its text came from."""
     input_ids: np.ndarray        # int32: [CLS] A [SEP] B [SEP] or [CLS] ... [SEP]
     segment_ids: np.ndarray      # int32, same length
-    nsp_label: int               # IS_NEXT / NOT_NEXT; -1 in full_sentences mode
+    nsp_label: int               # IS_NEXT / NOT_NEXT (sop: IN_ORDER / SWAPPED); -1 if packed
     a_sentences: tuple[int, int]  # global sentence range of A (of all text, in full_sentences)
     b_sentences: tuple[int, int]  # global sentence range of B ((0, 0) in full_sentences)
     pack_ids: np.ndarray | None = None  # int32, "documents" mode: 1, 2, .. a document
@@ -159,7 +164,7 @@ class ExampleSource:
         if seq_len not in self._chunks:
             if seq_len < MIN_SEQ_LEN:
                 raise UserError(f"seq_len {seq_len} is too short: at least {MIN_SEQ_LEN} needed")
-            build = self._nsp_chunks if self.mode == "nsp" else self._packed_chunks
+            build = self._nsp_chunks if self.mode in PAIR_MODES else self._packed_chunks
             table = build(seq_len)
             if len(table) == 0:
                 raise UserError(f"the {self.name} split yields no examples")
@@ -218,6 +223,8 @@ class ExampleSource:
         start, end = int(chunk[0]), int(chunk[1])
         if self.mode == "nsp":
             return self._pair(start, end, seq_len, rng)
+        if self.mode == "sop":
+            return self._ordered_pair(start, end, seq_len, rng)
         return self._packed(start, end, seq_len)
 
     def _take(self, start: int, stop: int, min_tokens: int) -> int:
@@ -264,6 +271,39 @@ class ExampleSource:
         segments[a.size + 2:] = 1
         return Example(ids, segments, NOT_NEXT if is_random else IS_NEXT,
                        (a_start, a_end), (b_start, b_end))
+
+    def _ordered_pair(self, start: int, end: int, seq_len: int,
+                      rng: np.random.Generator) -> Example:
+        budget = seq_len - 3
+        target = budget
+        if rng.random() < self.short_seq_prob:
+            target = int(rng.integers(2, budget + 1))
+        end = self._take(start, end, target)
+        doc_start, doc_end = self.corpus.document_sentences(
+            int(self._document_of(np.array([start]))[0]))
+        if end - start >= 2:
+            a_end = start + int(rng.integers(1, end - start))
+            ranges = (start, a_end), (a_end, end)
+        elif end < doc_end:  # a lone sentence: B is what follows it
+            a_len = int(self.corpus.sentence_lengths[start])
+            ranges = (start, end), (end, self._take(end, doc_end, target - a_len))
+        elif start > doc_start:  # the document's last sentence: A is the one before
+            ranges = (start - 1, start), (start, end)
+        else:  # a one-sentence document: its sentence, cut in two
+            ranges = (start, end), (start, end)
+        a, b = (self.corpus.tokens(*r) for r in ranges)
+        if ranges[0] == ranges[1]:
+            cut = int(rng.integers(1, a.size)) if a.size >= 2 else a.size
+            a, b = a[:cut], a[cut:]
+        a, b = truncate_pair(a, b, budget, rng)
+        swapped = rng.random() < 0.5
+        if swapped:
+            a, b, ranges = b, a, ranges[::-1]
+        s = self.special
+        ids = np.concatenate([[s.cls], a, [s.sep], b, [s.sep]]).astype(np.int32)
+        segments = np.zeros(ids.size, np.int32)
+        segments[a.size + 2:] = 1
+        return Example(ids, segments, SWAPPED if swapped else IN_ORDER, *ranges)
 
     def _packed(self, start: int, end: int, seq_len: int) -> Example:
         corpus, sep = self.corpus, self.special.sep

@@ -14,7 +14,7 @@ import numpy as np
 
 from bertjax.data.batch_iterator import BatchIterator
 from bertjax.data.corpus import PreparedCorpus
-from bertjax.data.examples import MODES, Example, ExampleSource
+from bertjax.data.examples import MODES, PAIR_MODES, Example, ExampleSource
 from bertjax.data import read_ahead, schema, streamed_corpus
 from bertjax.data.length_schedule import LengthSchedule, Phase
 from bertjax.data.masking import Masker
@@ -71,7 +71,7 @@ class BatchBuilder:
 
     def _build(self, phase: Phase, first: int, count: int) -> dict[str, np.ndarray]:
         seq_len, source = phase.seq_len, self.source
-        nsp, span = source.mode == "nsp", self.masker.config.strategy == "span"
+        nsp, span = source.mode in PAIR_MODES, self.masker.config.strategy == "span"
         packed = source.mode == "documents"
         spec = schema.pretraining_batch_spec(count, seq_len, phase.max_predictions, nsp=nsp,
                                              span=span, packed=packed)

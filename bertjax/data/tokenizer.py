@@ -128,6 +128,8 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"not a SentencePiece model: {e}") from None
         ids = [self._sp.piece_to_id(t) for t in SPECIAL_TOKENS]
         unknown = self._sp.unk_id()
+        if ids[0] == unknown and self._sp.pad_id() >= 0:  # the model's own pad piece (<pad>)
+            ids[0] = self._sp.pad_id()
         missing = [t for t, i in zip(SPECIAL_TOKENS, ids) if i == unknown and t != UNK]
         if missing:
             raise UserError(f"the SentencePiece model lacks the special pieces {' '.join(missing)}")
@@ -144,6 +146,11 @@ class SentencePieceTokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         return self._sp.get_piece_size()
+
+    @property
+    def model_proto(self) -> bytes:
+        """The serialized SentencePiece model (what a .model file holds)."""
+        return self._proto
 
     def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
         if self.lowercase:

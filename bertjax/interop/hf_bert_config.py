@@ -8,7 +8,8 @@ from typing import Any, Mapping
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 
-_SUPPORTED_ACTIVATIONS = ("gelu",)
+# hidden_act -> model.activation: exact GELU, or the tanh approximation (ALBERT's "gelu_new").
+_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 
 
 def hf_config_dict(config: EncoderConfig) -> dict:
@@ -21,7 +22,7 @@ def hf_config_dict(config: EncoderConfig) -> dict:
         "num_hidden_layers": config.num_layers,
         "num_attention_heads": config.num_heads,
         "intermediate_size": config.intermediate_size,
-        "hidden_act": "gelu",
+        "hidden_act": "gelu_new" if config.activation == "gelu_tanh" else "gelu",
         "hidden_dropout_prob": config.hidden_dropout,
         "attention_probs_dropout_prob": config.attention_dropout,
         "max_position_embeddings": config.max_position_embeddings,
@@ -55,8 +56,9 @@ def bert_fields(hf_config: Mapping[str, Any]) -> dict:
         raise UserError(f"unsupported position_embedding_type {position!r}: "
                         "only 'absolute' is supported")
     act = hf_config.get("hidden_act", "gelu")
-    if act not in _SUPPORTED_ACTIVATIONS:
-        raise UserError(f"unsupported hidden_act {act!r}: only exact (erf) 'gelu' is supported")
+    if act not in _ACTIVATIONS:
+        raise UserError(f"unsupported hidden_act {act!r}: bertjax computes "
+                        f"{', '.join(_ACTIVATIONS)}")
     if hf_config.get("is_decoder") or hf_config.get("add_cross_attention"):
         raise UserError("unsupported BERT decoder (is_decoder/add_cross_attention): "
                         "only the bidirectional encoder is supported")
@@ -67,5 +69,6 @@ def bert_fields(hf_config: Mapping[str, Any]) -> dict:
         hidden_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob",
         layer_norm_eps="layer_norm_eps", initializer_range="initializer_range",
         pad_token_id="pad_token_id")
-    return {ours: hf_config[theirs] for ours, theirs in fields.items()
-            if hf_config.get(theirs) is not None}
+    found = {ours: hf_config[theirs] for ours, theirs in fields.items()
+             if hf_config.get(theirs) is not None}
+    return {**found, **({"activation": _ACTIVATIONS[act]} if act != "gelu" else {})}

@@ -19,7 +19,7 @@ import numpy as np
 from flax.core import meta
 
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_bert_config, hf_layout, hf_modernbert
+from bertjax.interop import hf_albert, hf_bert_config, hf_layout, hf_modernbert
 from bertjax.interop.hf_models import HFModel
 from bertjax.model.config import EncoderConfig
 
@@ -70,6 +70,10 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> dict[str, HF
         raise UserError("transformers' ELECTRA numbers positions from 0: an ELECTRA run with "
                         "model.positions_from_padding (RoBERTa's) has no Hugging Face "
                         "counterpart to export to")
+    if hf_albert.exports_as_albert(model):
+        raise UserError("an ELECTRA run with ALBERT's model options (model.embedding_size, "
+                        "model.share_layers) has no mapping to transformers' ELECTRA; export it "
+                        "with --format params")
     params = meta.unbox(params)
     missing = [k for k in ("encoder", "generator", "generator_head", "discriminator_head")
                if k not in params]

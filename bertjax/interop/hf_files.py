@@ -23,7 +23,8 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from bertjax.data.json_tokenizer import JSON_FILE, JsonTokenizer
-from bertjax.data.tokenizer import SPECIAL_TOKENS, Tokenizer, WordPieceTokenizer, load_tokenizer
+from bertjax.data.tokenizer import (SPECIAL_TOKENS, SentencePieceTokenizer, Tokenizer,
+                                    WordPieceTokenizer, load_tokenizer)
 from bertjax.core import extras, json_records
 from bertjax.core.errors import UserError
 
@@ -36,6 +37,7 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 # Where an export keeps a vocabulary that transformers has no BERT tokenizer for (SentencePiece).
 BERTJAX_TOKENIZER = "bertjax_tokenizer"
+SPIECE = "spiece.model"  # ALBERT's SentencePiece model
 _OTHER_FRAMEWORKS = ("tf_model.h5", "flax_model.msgpack", "model.ckpt.index")
 _SPECIAL_NAMES = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
 
@@ -122,7 +124,7 @@ def write_model(directory: str, config: dict, state_dict: dict[str, np.ndarray])
 
 
 def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int,
-                    fast: bool = False) -> str | None:
+                    fast: bool = False, albert: bool = False) -> str | None:
     """BertTokenizer's files for a WordPiece vocabulary; returns a warning when there is none.
     `fast` adds its tokenizer.json, which transformers needs for a model type whose own
     tokenizer is a fast one only (ModernBert's).
@@ -132,6 +134,9 @@ def write_tokenizer(directory: str, tokenizer: Tokenizer, model_max_length: int,
     """
     if isinstance(tokenizer, JsonTokenizer):
         _write_fast_tokenizer(directory, tokenizer, model_max_length)
+        return None
+    if albert and isinstance(tokenizer, SentencePieceTokenizer):
+        _write_albert_tokenizer(directory, tokenizer, model_max_length)
         return None
     if not isinstance(tokenizer, WordPieceTokenizer):
         tokenizer.save(os.path.join(directory, BERTJAX_TOKENIZER))
@@ -169,11 +174,31 @@ def _write_fast_tokenizer(directory: str, tokenizer: JsonTokenizer,
             json.dump(content, f, indent=2)
 
 
+def _write_albert_tokenizer(directory: str, tokenizer: SentencePieceTokenizer,
+                            model_max_length: int) -> None:
+    """spiece.model with the tokenizer_config.json that makes it AlbertTokenizer's: our special
+    pieces, our lowercasing, accents kept (bertjax's SentencePiece tokenizer keeps them)."""
+    with open(os.path.join(directory, SPIECE), "wb") as f:
+        f.write(tokenizer.model_proto)
+    ids = tokenizer.special
+    special = {name: tokenizer.id_to_token(getattr(ids, role)) for name, role in
+               zip(_SPECIAL_NAMES, ("pad", "unk", "cls", "sep", "mask"))}
+    config = {"tokenizer_class": "AlbertTokenizer", "do_lower_case": tokenizer.lowercase,
+              "keep_accents": True, "remove_space": True, "model_max_length": model_max_length,
+              "bos_token": special["cls_token"], "eos_token": special["sep_token"], **special}
+    for name, content in ((TOKENIZER_CONFIG, config), (SPECIAL_TOKENS_MAP, special)):
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump(content, f, indent=2)
+
+
 def read_tokenizer(hf_dir: str) -> tuple[Tokenizer | None, list[str]]:
     """(the tokenizer, notes on what it cannot follow); None when the directory has none."""
     if (not os.path.isfile(os.path.join(hf_dir, VOCAB))
             and os.path.isfile(os.path.join(hf_dir, JSON_FILE))):
         return load_tokenizer(hf_dir), []  # a fast tokenizer's file, ModernBERT's among them
+    if (not os.path.isfile(os.path.join(hf_dir, VOCAB))
+            and os.path.isfile(os.path.join(hf_dir, SPIECE))):
+        return _albert_tokenizer(hf_dir)
     if not os.path.isfile(os.path.join(hf_dir, VOCAB)):
         ours = os.path.join(hf_dir, BERTJAX_TOKENIZER)
         if os.path.isdir(ours):
@@ -194,6 +219,19 @@ def read_tokenizer(hf_dir: str) -> tuple[Tokenizer | None, list[str]]:
                      "CJK characters")
     tokenizer = WordPieceTokenizer.from_vocab_file(os.path.join(hf_dir, VOCAB), lowercase)
     return tokenizer, notes
+
+
+def _albert_tokenizer(hf_dir: str) -> tuple[Tokenizer, list[str]]:
+    """ALBERT's spiece.model (its <pad> the padding piece), lowercased as AlbertTokenizer's
+    do_lower_case says (true by default)."""
+    settings = _read_json_object(os.path.join(hf_dir, TOKENIZER_CONFIG))
+    lowercase = bool(settings.get("do_lower_case", True))
+    notes = []
+    if not settings.get("keep_accents", False):
+        notes.append(f"{SPIECE}: AlbertTokenizer strips accents (keep_accents false); bertjax's "
+                     "SentencePiece tokenizer keeps them, so accented text may tokenize "
+                     "differently")
+    return SentencePieceTokenizer.from_model_file(os.path.join(hf_dir, SPIECE), lowercase), notes
 
 
 def _read_json_object(path: str) -> dict[str, Any]:

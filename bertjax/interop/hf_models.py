@@ -19,7 +19,10 @@ ModernBertForMaskedLM (ModernBertModel without the MLM head), and a ModernBert c
 imported likewise; its names, layouts and config are `hf_modernbert`'s. An encoder with
 RoBERTa's positions (model.positions_from_padding) is exported as RobertaForMaskedLM or
 XLMRobertaForMaskedLM (the heads record which it was converted from; RobertaModel without the MLM
-head), and a RoBERTa or XLM-RoBERTa checkpoint imported likewise; `hf_roberta` renames.
+head), and a RoBERTa or XLM-RoBERTa checkpoint imported likewise; `hf_roberta` renames. An encoder
+with factorised embeddings or shared layers (ALBERT's options) is exported as
+AlbertForPreTraining (with the pair head, as its sentence-order head), AlbertForMaskedLM or
+AlbertModel, and an ALBERT checkpoint imported likewise; `hf_albert` maps the names.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from flax import traverse_util
 
 from bertjax.data.schema import zeros_batch
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_bert_config, hf_layout, hf_modernbert, hf_roberta
+from bertjax.interop import hf_albert, hf_bert_config, hf_layout, hf_modernbert, hf_roberta
 from bertjax.model.config import EncoderConfig
 from bertjax.model.heads import BertForPretraining
 
@@ -70,6 +73,8 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
     """A bertjax checkpoint's parameters as the Hugging Face model its heads call for."""
     if hf_modernbert.is_modern(model):
         return _modernbert_to_hf(params, model, heads)
+    if hf_albert.exports_as_albert(model):
+        return _albert_to_hf(params, model, heads)
     if model.positions_from_padding:
         return _roberta_to_hf(params, model, heads)
     if heads.get("head"):
@@ -114,6 +119,10 @@ def _modernbert_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> 
     architecture = "ModernBertForMaskedLM" if "mlm" in params else "ModernBertModel"
     state = hf_modernbert.to_hf_state_dict(params, model, include_heads="mlm" in params)
     return HFModel(hf_modernbert.hf_config_dict(model, architecture), state, notes)
+
+
+def _albert_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
+    return HFModel(*hf_albert.to_hf(params, model, heads))
 
 
 def _roberta_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
@@ -202,12 +211,16 @@ def check_architecture(hf_config: Mapping) -> None:
     encoder: the model type first, which names the family (an architecture judged against the
     wrong family's list would name the wrong thing)."""
     model_type = hf_config.get("model_type", "bert")  # Google's bert_config.json has none
-    if model_type not in ("bert", hf_modernbert.MODEL_TYPE, *hf_roberta.MODEL_TYPES):
+    if model_type not in ("bert", hf_modernbert.MODEL_TYPE, *hf_roberta.MODEL_TYPES,
+                          hf_albert.MODEL_TYPE):
         raise UserError(f"unsupported model_type {model_type!r}: bertjax reads BERT "
                         f"(model_type 'bert'), ModernBERT ('{hf_modernbert.MODEL_TYPE}'), "
-                        "RoBERTa ('roberta') and XLM-RoBERTa ('xlm-roberta') encoders")
+                        "RoBERTa ('roberta'), XLM-RoBERTa ('xlm-roberta') and ALBERT ('albert') "
+                        "encoders")
     if hf_roberta.is_roberta(hf_config):
         return hf_roberta.check_architectures(hf_config)
+    if hf_albert.is_albert(hf_config):
+        return hf_albert.check_architectures(hf_config)
     modern = hf_modernbert.is_modernbert(hf_config)
     known = hf_modernbert.ARCHITECTURES if modern else BERT_ARCHITECTURES
     for architecture in hf_config.get("architectures") or []:
@@ -222,6 +235,8 @@ def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: b
     check_architecture(hf_config)
     if hf_modernbert.is_modernbert(hf_config):
         return _modernbert_from_hf(hf_config, state_dict, scan_layers, seed)
+    if hf_albert.is_albert(hf_config):
+        return _albert_from_hf(hf_config, state_dict, scan_layers, seed)
     model = encoder_config_from_hf(hf_config, scan_layers=scan_layers)
     parts, name, theirs = _PARTS, str, {}  # how the report spells a part and a weight
     if hf_roberta.is_roberta(hf_config):  # BERT's weights under other names
@@ -251,6 +266,8 @@ def encoder_config_from_hf(hf_config: Mapping, **overrides) -> EncoderConfig:
         return hf_modernbert.encoder_config_from_hf(hf_config, **overrides)
     if hf_roberta.is_roberta(hf_config):
         return hf_roberta.encoder_config_from_hf(hf_config, **overrides)
+    if hf_albert.is_albert(hf_config):
+        return hf_albert.encoder_config_from_hf(hf_config, **overrides)
     return hf_bert_config.encoder_config_from_hf(hf_config, **overrides)
 
 
@@ -262,6 +279,12 @@ def _modernbert_from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], scan_
     absent += ["the pooler (no ModernBert counterpart)",
                "the NSP head (no ModernBert counterpart)"]
     return Imported(_fill_in(params, model, seed), model, absent, unused)
+
+
+def _albert_from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], scan_layers: bool,
+                    seed: int) -> Imported:
+    params, model, absent, unused = hf_albert.from_hf(hf_config, state_dict, scan_layers)
+    return Imported(_fill_in(params, model, seed) if absent else params, model, absent, unused)
 
 
 def _fill_in(params: Tree, model: EncoderConfig, seed: int) -> Tree:

@@ -46,6 +46,10 @@ def starting_point(s: FinetuneSettings, *, with_params: bool = True,
                                                recorded))
     if recorded is not None:
         _adapted_source(s, source, recorded, encoder)
+    if s.reinit_top_layers and encoder.share_layers:
+        raise UserError(f"finetune.reinit_top_layers={s.reinit_top_layers}: the model's layers "
+                        "share one layer's parameters (model.share_layers), so no top layer can "
+                        "be re-initialized alone; set it to 0")
     if tokenizer.vocab_size != encoder.vocab_size:
         named = s.data.tokenizer or f"of {s.init_checkpoint}"
         raise UserError(f"vocabulary mismatch: the tokenizer {named} has "

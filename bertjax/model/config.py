@@ -19,12 +19,15 @@ FUSED_ATTENTION = ("cudnn", "splash")
 POSITION_EMBEDDINGS = ("learned", "rope")
 NORM_PLACEMENTS = ("post", "pre")
 MLP_KINDS = ("gelu", "geglu")
+# The activation of the feed-forward layers and the MLM head: exact erf GELU (BERT) or its tanh
+# approximation (Hugging Face's "gelu_new", ALBERT's).
+ACTIVATIONS = ("gelu", "gelu_tanh")
 # The architecture options of modern encoders (ModernBERT, Warner et al. 2024), BERT's by default
 # (ARCHITECTURE_DEFAULTS, below the class). A record written before they existed lacks them, and
 # one that keeps BERT's values leaves them out (`record()`).
 ARCHITECTURE_FIELDS = ("position_embedding", "rope_theta", "rope_local_theta", "norm", "mlp",
                        "use_bias", "norm_bias", "global_attention_every", "sliding_window",
-                       "positions_from_padding")
+                       "positions_from_padding", "embedding_size", "share_layers", "activation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +63,13 @@ class EncoderConfig:
     # pad_token_id. The position table then has pad_token_id + 1 rows before the first token's,
     # so max_position_embeddings counts them and a sequence holds `max_sequence_length` tokens.
     positions_from_padding: bool = False
+    # ALBERT (Lan et al., 2020; bertjax/model/albert.py): word, position and segment tables of
+    # width embedding_size, projected to hidden_size after their LayerNorm (0: no projection, the
+    # tables are hidden_size wide), one layer's parameters applied num_layers times, and the tanh
+    # GELU of Hugging Face's "gelu_new".
+    embedding_size: int = 0
+    share_layers: bool = False
+    activation: str = "gelu"
     # Compute and parameter dtypes are separate: bf16 matmuls with fp32 master weights. Softmax,
     # LayerNorm and the losses always run in fp32.
     dtype: str = "float32"
@@ -154,6 +164,11 @@ class EncoderConfig:
                                 f"pad_token_id + 1 = {self.pad_token_id + 1}: "
                                 f"model.max_position_embeddings {self.max_position_embeddings} "
                                 "leaves no room for a token")
+        check_choice("model.activation", self.activation, ACTIVATIONS)
+        if self.embedding_size < 0 or self.embedding_size > self.hidden_size:
+            raise UserError(f"model.embedding_size {self.embedding_size} must be in [0, "
+                            f"model.hidden_size {self.hidden_size}]: factorised embeddings are "
+                            "narrower than the hidden layers (0: none)")
         if self.global_attention_every < 1:
             raise UserError(f"model.global_attention_every must be >= 1, got "
                             f"{self.global_attention_every}")
@@ -197,6 +212,11 @@ class EncoderConfig:
         """The longest sequence the position table covers (RoBERTa's offset taken off)."""
         offset = self.pad_token_id + 1 if self.positions_from_padding else 0
         return self.max_position_embeddings - offset
+
+    @property
+    def embedding_width(self) -> int:
+        """The width of the embedding tables and of what the tied output layer reads."""
+        return self.embedding_size or self.hidden_size
 
     @property
     def head_dim(self) -> int:

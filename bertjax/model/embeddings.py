@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
-from bertjax.model.primitives import kernel_init, layer_norm, matmul
+from bertjax.model.primitives import dense, kernel_init, layer_norm, matmul
 
 Array = jax.Array
 HIDDEN_AXES = ("batch", "length", "embed")
@@ -18,7 +18,8 @@ HIDDEN_AXES = ("batch", "length", "embed")
 class Embeddings(nn.Module):
     """Word + learned position + segment embeddings, then LayerNorm and dropout. With rotary
     positions there is no position table, and with model.type_vocab_size=0 no segment table;
-    model.positions_from_padding numbers positions as RoBERTa does."""
+    model.positions_from_padding numbers positions as RoBERTa does. With model.embedding_size
+    (ALBERT) the tables are that wide and `projection` maps the result to the hidden size."""
 
     config: EncoderConfig
 
@@ -26,7 +27,7 @@ class Embeddings(nn.Module):
         cfg = self.config
 
         def table(name: str, rows: int, names: tuple) -> Array:
-            return self.param(name, kernel_init(cfg, names), (rows, cfg.hidden_size),
+            return self.param(name, kernel_init(cfg, names), (rows, cfg.embedding_width),
                               cfg.param_dtype)
 
         self.word_embeddings = table("word_embeddings", cfg.vocab_size, ("vocab", "embed"))
@@ -38,6 +39,8 @@ class Embeddings(nn.Module):
                 "token_type_embeddings", cfg.type_vocab_size, (None, "embed"))
         self.layer_norm = layer_norm(cfg, "layer_norm")
         self.dropout = nn.Dropout(cfg.hidden_dropout)
+        if cfg.embedding_size:  # ALBERT's embedding_hidden_mapping_in
+            self.projection = dense(cfg, cfg.hidden_size, (None, "embed"), "projection")
 
     def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool,
                  prompt: Array | None = None, positions: Array | None = None) -> Array:
@@ -65,6 +68,8 @@ class Embeddings(nn.Module):
             positions = self._positions_from_padding(input_ids, positions)
         x = self._add_segments_and_positions(word, segment_ids, positions)
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+        if self.config.embedding_size:
+            x = self.projection(x.astype(self.config.dtype))
         return nn.with_logical_constraint(x.astype(self.config.dtype), HIDDEN_AXES)
 
     def _positions_from_padding(self, input_ids: Array, positions: Array | None) -> Array:
@@ -93,5 +98,6 @@ class Embeddings(nn.Module):
         return x
 
     def attend(self, x: Array) -> Array:
-        """x [..., H] -> fp32 scores [..., V] against the word embeddings (tied output layer)."""
+        """x [..., E] -> fp32 scores [..., V] against the word embeddings (tied output layer; E is
+        the hidden size unless the embeddings are factorised)."""
         return matmul("...h,vh->...v", x, self.word_embeddings, self.config, "float32")

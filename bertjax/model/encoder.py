@@ -2,11 +2,11 @@
 
 With the config's defaults this is Hugging Face's `BertModel` exactly (exact erf GELU, LayerNorm
 after each residual add); with ModernBERT's options (rotary positions, pre-norm, GeGLU, no
-biases, sliding-window layers) it is `ModernBertModel`. Converted checkpoints reproduce either to
-fp32 rounding. Parameters live in
-`config.param_dtype` and matmuls run in `config.dtype` (their operands in `config.matmul_dtype`
-when set); softmax, LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the
-compute dtype.
+biases, sliding-window layers) it is `ModernBertModel`, and with ALBERT's (factorised
+embeddings, one layer's parameters shared by every layer, tanh GELU) `AlbertModel`. Converted
+checkpoints reproduce each to fp32 rounding. Parameters live in `config.param_dtype` and
+matmuls run in `config.dtype` (their operands in `config.matmul_dtype` when set); softmax,
+LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the compute dtype.
 
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and activations are
 constrained at layer boundaries (`nn.with_logical_constraint`); both are inert until the caller
@@ -24,7 +24,8 @@ from bertjax.model import adaptation
 from bertjax.model.attention import AttentionContext, attend, context, heads_major
 from bertjax.model.config import EncoderConfig
 from bertjax.model.embeddings import HIDDEN_AXES, Embeddings
-from bertjax.model.primitives import EinsumDense, dense, gather_positions, gelu, layer_norm
+from bertjax.model.primitives import (EinsumDense, activate, dense, gather_positions,
+                                      layer_norm)
 
 Array = jax.Array
 
@@ -89,9 +90,9 @@ def feed_forward(config: EncoderConfig, x: Array) -> Array:
     h = nn.with_logical_constraint(h, MLP_AXES)
     if cfg.mlp == "geglu":
         value, gate = jnp.split(h, 2, axis=-1)
-        h = gelu(value) * gate
+        h = activate(cfg, value) * gate
     else:
-        h = gelu(h)
+        h = activate(cfg, h)
     return dense(cfg, cfg.hidden_size, ("mlp", "embed"), "output", use_bias=cfg.use_bias)(h)
 
 
@@ -149,7 +150,12 @@ def layer_class(config: EncoderConfig) -> type[nn.Module]:
         cls = nn.remat(cls, policy=_REMAT_POLICIES[config.remat],
                        static_argnums=(4,) if config.scan_layers else (3, 4),
                        prevent_cse=not config.scan_layers)
-    if config.scan_layers:
+    if config.scan_layers and config.share_layers:
+        # ALBERT: one layer's parameters, broadcast to (not stacked over) every iteration.
+        cls = nn.scan(
+            cls, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+            in_axes=(nn.broadcast, 0, nn.broadcast), length=config.num_layers)
+    elif config.scan_layers:
         cls = nn.scan(
             cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
             in_axes=(nn.broadcast, 0, nn.broadcast), length=config.num_layers,
@@ -158,14 +164,20 @@ def layer_class(config: EncoderConfig) -> type[nn.Module]:
 
 
 def make_layers(config: EncoderConfig, emit: bool = False, named: bool = False) -> dict:
-    """The layers' modules by name: {"layers": scanned} or {"layer_0": .., "layer_{L-1}": ..}.
+    """The layers' modules by name: {"layers": scanned} or {"layer_0": .., "layer_{L-1}": ..},
+    or {"shared_layer": one} (model.share_layers, looped or scanned over without stacking).
     `named` names them (a compact module's children); setup() names them by attribute."""
     cls = layer_class(config)
     return {name: cls(config, emit=emit, **({"name": name} if named else {}))
             for name in layer_names(config)}
 
 
+SHARED_LAYER = "shared_layer"  # model.share_layers: the one layer, scanned or looped over
+
+
 def layer_names(config: EncoderConfig) -> list[str]:
+    if config.share_layers:
+        return [SHARED_LAYER]
     return ["layers"] if config.scan_layers else [f"layer_{i}" for i in range(config.num_layers)]
 
 
@@ -177,7 +189,8 @@ def run_layers(config: EncoderConfig, layers: dict, x: Array, ctx: AttentionCont
         (scanned,) = layers.values()
         return scanned(x, ctx, jnp.arange(config.num_layers), deterministic)
     outputs = []
-    for i, layer in enumerate(layers.values()):
+    modules = list(layers.values()) * (config.num_layers if config.share_layers else 1)
+    for i, layer in enumerate(modules):
         x, emitted = layer(x, ctx, i, deterministic)
         outputs.append(emitted)
     return x, (jnp.stack(outputs) if emit else None)
@@ -188,7 +201,8 @@ class Encoder(nn.Module):
     alone or inside task heads.
 
     Parameters: `embeddings`, then `layers` (scan: stacked on a leading "layers" axis) or
-    `layer_0` .. `layer_{L-1}` (loop), then `final_norm` (pre-LN only) and `pooler`.
+    `layer_0` .. `layer_{L-1}` (loop) or, with model.share_layers (ALBERT), `shared_layer`, then
+    `final_norm` (pre-LN only) and `pooler`.
     `all_layers` changes no parameter, only what is returned (EncoderOutput.layers); training
     leaves it off, so nothing extra is kept.
     """

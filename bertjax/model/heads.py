@@ -15,8 +15,8 @@ import jax.numpy as jnp
 
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
-from bertjax.model.primitives import (dense, gather_positions, gelu, kernel_init, layer_norm,
-                                      zeros_init)
+from bertjax.model.primitives import (activate, dense, gather_positions, gelu, kernel_init,
+                                      layer_norm, zeros_init)
 
 Array = jax.Array
 Projection = Callable[[Array], Array]
@@ -33,8 +33,9 @@ class MaskedLmHead(nn.Module):
     @nn.compact
     def __call__(self, hidden: Array, project: Projection) -> Array:
         cfg = self.config
-        x = gelu(dense(cfg, cfg.hidden_size, ("embed", None), "transform",
-                       use_bias=cfg.use_bias)(hidden))
+        # To the embedding width: the tied projection reads the word table's rows.
+        x = activate(cfg, dense(cfg, cfg.embedding_width, ("embed", None), "transform",
+                                use_bias=cfg.use_bias)(hidden))
         x = layer_norm(cfg, "norm")(x)
         bias = self.param("bias", zeros_init(("vocab",)), (cfg.vocab_size,), cfg.param_dtype)
         logits = project(x) + bias.astype(jnp.float32)
@@ -65,8 +66,8 @@ class SpanBoundaryHead(nn.Module):
             gather_positions(sequence, span_right),
             jnp.take(offsets, offset, axis=0).astype(cfg.dtype),
         ], axis=-1)
-        for i in range(2):
-            x = gelu(dense(cfg, cfg.hidden_size, ("embed", None), f"dense_{i}")(x))
+        for i, width in enumerate((cfg.hidden_size, cfg.embedding_width)):
+            x = gelu(dense(cfg, width, ("embed", None), f"dense_{i}")(x))
             x = layer_norm(cfg, f"norm_{i}")(x).astype(cfg.dtype)
         bias = self.param("bias", zeros_init(("vocab",)), (cfg.vocab_size,), cfg.param_dtype)
         logits = project(x) + bias.astype(jnp.float32)

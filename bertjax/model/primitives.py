@@ -79,6 +79,11 @@ def gelu(x: Array) -> Array:
     return jax.nn.gelu(x, approximate=False)
 
 
+def activate(config: EncoderConfig, x: Array) -> Array:
+    """The config's activation: exact GELU, or its tanh approximation (model.activation)."""
+    return jax.nn.gelu(x, approximate=config.activation == "gelu_tanh")
+
+
 def gather_positions(sequence: Array, positions: Array) -> Array:
     """sequence [B, L, H] at positions [B, P] -> [B, P, H]."""
     return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)

@@ -44,7 +44,7 @@ class SoftPrompt(nn.Module):
     def __call__(self) -> Array:
         cfg = self.config
         return self.param("embeddings", kernel_init(cfg, (None, "embed")),
-                          (self.length, cfg.hidden_size), cfg.param_dtype)
+                          (self.length, cfg.embedding_width), cfg.param_dtype)
 
 
 def _stop_gradient(tree):

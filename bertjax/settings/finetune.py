@@ -109,6 +109,10 @@ def read(config, *, require_data: bool = True) -> FinetuneSettings:
                           init_checkpoint=init)
         if not model.from_checkpoint:  # the shape is known now (else: at the init checkpoint)
             method.encoder(model.encoder(vocab_size=1000))
+        if f.reinit_top_layers and model.share_layers:
+            raise UserError(f"finetune.reinit_top_layers={f.reinit_top_layers} re-initializes the "
+                            "top layers, but model.share_layers gives every layer the same "
+                            "parameters: set one of them to 0/False")
     result = FinetuneSettings(config.task, config.mode, init, config.predict_output,
                               f.reinit_top_layers, f.freeze_encoder, method, data,
                               train, task,

@@ -24,6 +24,8 @@ from bertjax.train.optimizer import OptimizerConfig
 # name: (next-sentence prediction, span boundary objective, example mode)
 OBJECTIVES = {
     "bert": (True, False, "nsp"),
+    # sentence-order prediction: the pair head tells consecutive segments from swapped ones
+    "albert": (True, False, "sop"),
     "roberta": (False, False, "full_sentences"),
     "spanbert": (False, True, "full_sentences"),
     # replaced token detection: a generator's samples replace the masked tokens (settings/electra)
@@ -36,7 +38,7 @@ class PretrainingObjective:
     name: str
     nsp: bool
     sbo: bool
-    mode: str  # how examples are built: NSP pairs or full sentences
+    mode: str  # how examples are built: NSP or SOP pairs, or full sentences
     electra: electra.ElectraSettings | None  # objective "electra" only
 
 

@@ -25,7 +25,8 @@ LAYOUT_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads", "interm
 ADAPTATION_LAYOUT_FIELDS = ("adapter_size", "lora_rank")
 # Of the architecture options, those that add, drop or reshape parameters; recorded only when
 # they differ from BERT's, so BERT-style workdirs compare as before.
-ARCHITECTURE_LAYOUT_FIELDS = ("position_embedding", "norm", "mlp", "use_bias", "norm_bias")
+ARCHITECTURE_LAYOUT_FIELDS = ("position_embedding", "norm", "mlp", "use_bias", "norm_bias",
+                              "embedding_size", "share_layers")
 
 
 def _encoder(name: str):
@@ -80,6 +81,11 @@ class ModelSpec:
     sliding_window: int = _encoder("sliding_window")  # the other layers' width (0: all global)
     # RoBERTa's positions: from pad_token_id + 1 over the non-padding tokens (model/config.py)
     positions_from_padding: bool = _encoder("positions_from_padding")
+    # ALBERT (configs/albert.py): embedding tables this wide, projected to hidden_size (0: none;
+    # at most hidden_size), one layer's parameters for every layer, and gelu | gelu_tanh.
+    embedding_size: int = _encoder("embedding_size")
+    share_layers: bool = _encoder("share_layers")
+    activation: str = _encoder("activation")
 
     @property
     def from_checkpoint(self) -> bool:
