@@ -256,6 +256,12 @@ class GcsEmulator:
         """{"bucket/name": md5Hash} of every object held."""
         return json.loads(self._request("GET", f"{FAULTS}/md5s")[1])
 
+    def changes(self) -> list[tuple[str, str, str]]:
+        """(the request's Host header, "create" or "delete", "bucket/name") of every object
+        written or deleted so far, in order: a client that names the server by another host
+        name (localhost) tells its writes apart."""
+        return [tuple(c) for c in json.loads(self._request("GET", f"{FAULTS}/changes")[1])]
+
     def fault_after(self, requests: int, kind: str, record: str) -> None:
         """Arms a fault: the server takes `requests` more requests, then, before answering the
         next, writes `record` (the time and every object's md5, as object_md5s) and stops
@@ -363,8 +369,10 @@ def _inject_faults() -> None:
 
     from gcp_storage_emulator import server as srv
 
-    state = {"count": 0, "fault_at": None, "kind": "", "record": ""}
+    state = {"count": 0, "fault_at": None, "kind": "", "record": "", "changes": []}
     lock = threading.Lock()
+    sender = threading.local()  # the Host header of the request this thread answers
+    _record_changes(state["changes"], sender)
 
     def md5s(storage) -> dict:
         return {f"{bucket}/{name}": obj.get("md5Hash", "")
@@ -380,6 +388,8 @@ def _inject_faults() -> None:
             answer = {"armed": state["fault_at"]}
         elif url.path == f"{FAULTS}/md5s":
             answer = md5s(handler.storage)
+        elif url.path == f"{FAULTS}/changes":
+            answer = state["changes"]
         else:
             answer = {"requests": state["count"]}
         body = json.dumps(answer).encode()
@@ -406,11 +416,30 @@ def _inject_faults() -> None:
                 due = state["fault_at"] is not None and state["count"] >= state["fault_at"]
             if due:
                 fault(handler)
+            sender.host = handler.headers.get("Host", "")
             return method(handler)
         return handle
 
     for name in ("do_GET", "do_POST", "do_PUT", "do_DELETE", "do_PATCH"):
         setattr(srv.RequestHandler, name, counted(getattr(srv.RequestHandler, name)))
+
+
+def _record_changes(changes: list, sender) -> None:
+    """Appends [host, "create" or "delete", "bucket/name"] to `changes` for every object the
+    server writes (any upload, copy, rewrite or compose) or deletes."""
+    from gcp_storage_emulator.storage import Storage
+
+    create, delete = Storage.create_file, Storage.delete_file
+
+    def create_file(storage, bucket_name, file_name, *args, **kwargs):
+        changes.append([getattr(sender, "host", ""), "create", f"{bucket_name}/{file_name}"])
+        return create(storage, bucket_name, file_name, *args, **kwargs)
+
+    def delete_file(storage, bucket_name, file_name, *args, **kwargs):
+        changes.append([getattr(sender, "host", ""), "delete", f"{bucket_name}/{file_name}"])
+        return delete(storage, bucket_name, file_name, *args, **kwargs)
+
+    Storage.create_file, Storage.delete_file = create_file, delete_file
 
 
 def _refuse_operations(operations: list[str]) -> None:
