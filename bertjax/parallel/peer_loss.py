@@ -3,16 +3,18 @@ others leave within a stated bound, with one line on stderr, instead of waiting 
 
 BERTJAX_PEER_TIMEOUT (whole seconds, default 60) bounds it. It is handed to
 `jax.distributed.initialize` as the heartbeat timeout (a process that has sent no heartbeat for
-that long is declared dead by the coordination service, which then ends every other process: the
-bound for a collective that hangs, as on TPU interconnects) and as the shutdown timeout (how long
-a leaving process waits for the others at exit).
+that long is declared dead by the coordination service, which then ends every other process
+itself, with JAX's own fatal lines and SIGABRT: the bound for a collective that hangs) and as the
+shutdown timeout (how long a leaving process waits for the others at exit).
 
 Where the collective fails at once instead (gloo between CPU processes: "Connection reset by
 peer"; a coordination-service call answered with the peer's death), `leaving_on_loss` turns the
 error into `PeerLost`: the run's own clean-up runs (on process 0: the logs pushed, the bucket lease
 released), then the command prints its one line and exits with EXIT_PEER_LOST at once, skipping
 JAX's exit barrier, which would wait for the dead process. A clean-up that itself hangs is cut
-short after the same timeout. Restarting every process resumes from the last checkpoint.
+short after the same timeout. Restarting every process resumes from the last checkpoint. (When
+the lost process is process 0, which hosts the coordination service, JAX's agent may print its
+fatal lines too, racing this exit: it cannot be told otherwise from Python.)
 """
 
 from __future__ import annotations
