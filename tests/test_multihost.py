@@ -284,7 +284,7 @@ def test_each_environment_starts_the_runtime_its_own_way(clean_env, capsys):
     for key, value in {"SLURM_STEP_NODELIST": "gpu[01-04]", "SLURM_STEP_NUM_TASKS": "4",
                        "SLURM_PROCID": "2"}.items():
         clean_env.setenv(key, value)
-    timeouts = dict(heartbeat_timeout_seconds=60, shutdown_timeout_seconds=60)
+    timeouts = dict(heartbeat_timeout_seconds=120, shutdown_timeout_seconds=60)
     assert distributed.initialize_from_environment() is True and calls == [timeouts]
     # Explicit variables win, and JAX is told not to second-guess them from SLURM.
     clean_env.setenv("JAX_COORDINATOR_ADDRESS", "gpu01:1234")

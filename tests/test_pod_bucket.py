@@ -62,7 +62,8 @@ def job_args(workdir, corpus):
 
 def process_env(gcs, index, port=None, **extra):
     """Process `index`'s environment; process 1 names the server localhost."""
-    env = base_env(BERTJAX_PEER_TIMEOUT=PEER_TIMEOUT_S, XLA_FLAGS=CHILD_XLA_FLAGS, **extra)
+    env = base_env(**{"BERTJAX_PEER_TIMEOUT": PEER_TIMEOUT_S, "XLA_FLAGS": CHILD_XLA_FLAGS,
+                      **extra})
     server = gcs.env()
     if index == 1:
         server = emulator_env(f"localhost:{gcs.port}")
@@ -208,3 +209,57 @@ def test_a_bad_peer_timeout_is_refused_before_the_workdir(monkeypatch, tmp_path,
         f"bertjax: error: BERTJAX_PEER_TIMEOUT={value!r} must be a whole number of seconds of "
         "at least 1 (how long a multi-process job waits for a silent process)"]
     assert not workdir.exists()
+
+
+# Two processes joined as a job is (bertjax.parallel.distributed), gathering in a loop; process 1
+# writes MARKER once both are at it.
+GATHERING = textwrap.dedent("""
+    import os, time
+    import numpy as np
+    from bertjax.parallel import distributed
+    distributed.initialize_from_environment()
+    from jax.experimental import multihost_utils
+    for i in range(1000000):
+        multihost_utils.process_allgather(np.int32(i))
+        if i == 10 and os.environ.get("MARKER"):
+            open(os.environ["MARKER"], "w").close()
+        time.sleep(0.05)
+""")
+
+
+def test_a_peer_that_stops_answering_ends_the_other_in_one_line_within_the_timeout(
+        gcs, tmp_path):
+    """A frozen host (SIGSTOP): its connections stay open and the collective waits; the survivor
+    leaves once the peer has been silent for BERTJAX_PEER_TIMEOUT, before JAX's own verdict."""
+    timeout_s, marker, port = 8, tmp_path / "gathering", free_port()
+    procs = []
+    for i in (0, 1):
+        env = process_env(gcs, i, port, BERTJAX_PEER_TIMEOUT=timeout_s,
+                          **({"MARKER": marker} if i == 1 else {}))
+        procs.append(subprocess.Popen([sys.executable, "-c", GATHERING], env=env, cwd=REPO,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not marker.exists():
+            assert all(p.poll() is None for p in procs)
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        procs[1].send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        _, err = procs[0].communicate(timeout=4 * timeout_s)
+        left_after = time.monotonic() - frozen
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate(timeout=WAIT_S)
+    print(f"survivor left {left_after:.1f}s after its peer froze (BERTJAX_PEER_TIMEOUT="
+          f"{timeout_s})")
+    assert procs[0].returncode == peer_loss.EXIT_PEER_LOST, err[-3000:]
+    assert errors(err) == [
+        f"bertjax: error: lost contact with process 1 of this 2-process job (silent for "
+        f"{timeout_s}s, BERTJAX_PEER_TIMEOUT); start the job again on every host: it resumes "
+        "from the last checkpoint"], err[-3000:]
+    assert "Terminating process" not in err
+    # Silence is counted from the last beat seen, up to two beat periods (1 s each) before the
+    # freeze; JAX's own verdict would come at twice the timeout.
+    assert timeout_s - 2 <= left_after < 2 * timeout_s

@@ -19,7 +19,7 @@ from bertjax.core import packaged
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, report
 from bertjax.jobs import dispatch
 from bertjax.parallel.distributed import initialize_from_environment
-from bertjax.parallel.peer_loss import PeerLost, leave, leaving_on_loss
+from bertjax.parallel.peer_loss import PeerLost, finish, leave, leaving_on_loss
 from bertjax.train.metrics_log import NonFiniteLossError
 
 EXIT_DIVERGED = 1
@@ -57,11 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     except PeerLost as e:
         leave(str(e))  # ends the process: exit status EXIT_PEER_LOST
     except UserError as e:
+        finish()  # every process reports the same refusal: none of them is lost
         report(str(e))
         return EXIT_BAD_INPUT
     except NonFiniteLossError as e:
+        finish()
         report(f"training diverged: {e}; lower optimizer.learning_rate or check the data")
         return EXIT_DIVERGED
+    finish()
     return 0
 
 

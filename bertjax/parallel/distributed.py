@@ -115,13 +115,13 @@ def initialize_from_environment() -> bool:
         except (RuntimeError, ValueError) as e:
             raise UserError(f"could not join the distributed job at {where}: "
                             f"{_first_line(e)}") from None
-        return True
+        return _watched()
     if _inside_multi_task_slurm_step():
         try:
             jax.distributed.initialize(**timeouts)
         except (RuntimeError, ValueError) as e:
             raise UserError(f"could not join the SLURM job's processes: {_first_line(e)}") from None
-        return True
+        return _watched()
     if _on_cloud_tpu_vm():
         return _initialize_on_tpu_vm(timeouts)
     return False
@@ -133,7 +133,6 @@ def _initialize_on_tpu_vm(timeouts: dict) -> bool:
     # may not: its processes must agree on checkpoints and stops.
     try:
         jax.distributed.initialize(**timeouts)
-        return True
     except Exception as e:  # requests' network errors as well as JAX's own
         if jax.process_count() > 1:
             raise UserError("could not start jax.distributed on this TPU pod slice "
@@ -141,6 +140,13 @@ def _initialize_on_tpu_vm(timeouts: dict) -> bool:
         print(f"bertjax: warning: jax.distributed.initialize() failed on this TPU VM "
               f"({_first_line(e)}); running as one process", file=sys.stderr, flush=True)
         return False
+    return _watched()
+
+
+def _watched() -> bool:
+    """Joined: a peer that falls silent ends this process (peer_loss.PeerWatch)."""
+    peer_loss.watch(jax_distributed.global_state.client)
+    return True
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,20 +1,24 @@
 """A multi-process job that loses one of its processes (a host preempted, killed or crashed): the
 others leave within a stated bound, with one line on stderr, instead of waiting in a collective.
 
-BERTJAX_PEER_TIMEOUT (whole seconds, default 60) bounds it. It is handed to
-`jax.distributed.initialize` as the heartbeat timeout (a process that has sent no heartbeat for
-that long is declared dead by the coordination service, which then ends every other process
-itself, with JAX's own fatal lines and SIGABRT: the bound for a collective that hangs) and as the
-shutdown timeout (how long a leaving process waits for the others at exit).
+BERTJAX_PEER_TIMEOUT (whole seconds, default 60) bounds it, two ways:
 
-Where the collective fails at once instead (gloo between CPU processes: "Connection reset by
-peer"; a coordination-service call answered with the peer's death), `leaving_on_loss` turns the
-error into `PeerLost`: the run's own clean-up runs (on process 0: the logs pushed, the bucket lease
-released), then the command prints its one line and exits with EXIT_PEER_LOST at once, skipping
-JAX's exit barrier, which would wait for the dead process. A clean-up that itself hangs is cut
-short after the same timeout. Restarting every process resumes from the last checkpoint. (When
-the lost process is process 0, which hosts the coordination service, JAX's agent may print its
-fatal lines too, racing this exit: it cannot be told otherwise from Python.)
+- Where the collective fails at once (gloo between CPU processes: "Connection reset by peer"; a
+  coordination-service call answered with the peer's death), `leaving_on_loss` turns the error
+  into `PeerLost`: the run's own clean-up runs (on process 0: the logs pushed, the bucket lease
+  released), then the command prints its one line and exits with EXIT_PEER_LOST at once, skipping
+  JAX's exit barrier, which would wait for the dead process. A clean-up that itself hangs is cut
+  short after BERTJAX_PEER_TIMEOUT.
+- Where it hangs (a host that stops answering), `PeerWatch` notices: every process bumps its own
+  key in the coordination service's key-value store every second and reads the others'; a peer
+  whose key has not changed for BERTJAX_PEER_TIMEOUT seconds (on this process's own clock) is
+  lost, and this process leaves the same way, without clean-up. JAX's heartbeat timeout is set to
+  twice that: its own verdict (fatal lines, SIGABRT) is the backstop, should the store itself not
+  answer.
+
+When the lost process is process 0, which hosts the coordination service, JAX's agent may print
+its fatal lines too, racing this exit: that cannot be told otherwise from Python. Restarting every
+process resumes from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 
 import jax
 
@@ -58,9 +63,10 @@ def peer_timeout_seconds() -> int:
 
 
 def initialize_timeouts() -> dict:
-    """The keyword arguments of `jax.distributed.initialize` that bound a lost peer."""
+    """The keyword arguments of `jax.distributed.initialize` that bound a lost peer: JAX's own
+    verdict after PeerWatch's, as its backstop."""
     seconds = peer_timeout_seconds()
-    return {"heartbeat_timeout_seconds": seconds, "shutdown_timeout_seconds": seconds}
+    return {"heartbeat_timeout_seconds": 2 * seconds, "shutdown_timeout_seconds": seconds}
 
 
 def is_peer_loss(error: BaseException) -> bool:
@@ -108,3 +114,79 @@ def leave(message: str) -> None:
     report(message)
     sys.stderr.flush()
     os._exit(EXIT_PEER_LOST)
+
+
+_ALIVE = "bertjax/alive/"  # + the process index: its beat count, or DONE
+_DONE = "done"
+_BEAT_S = 1.0
+
+
+class PeerWatch:
+    """Leaves (one line, EXIT_PEER_LOST) once another process of the job has not beaten for
+    `timeout_s` seconds; a process that ended its command normally says so (`finish`) and is
+    not waited for."""
+
+    def __init__(self, client, index: int, count: int, timeout_s: float):
+        self.client, self.index, self.count, self.timeout_s = client, index, count, timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bertjax-peer-watch")
+
+    def start(self) -> "PeerWatch":
+        self._thread.start()
+        return self
+
+    def finish(self) -> None:
+        self._stop.set()
+        try:
+            self.client.key_value_set(f"{_ALIVE}{self.index}", _DONE, allow_overwrite=True)
+        except Exception:  # the service is gone: nobody is left to wait for this process
+            pass
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        seen: dict[str, tuple[str, float]] = {}  # key -> (its value, when it last changed)
+        beats = 0
+        while not self._stop.wait(_BEAT_S):
+            beats += 1
+            try:
+                self.client.key_value_set(f"{_ALIVE}{self.index}", str(beats),
+                                          allow_overwrite=True)
+                values = dict(self.client.key_value_dir_get(_ALIVE))
+            except Exception as e:
+                if self._stop.is_set():
+                    return
+                leave(f"lost contact with the coordination service of this {self.count}-"
+                      f"process job, held by process 0 ({_first_line(e)}); start the job again "
+                      "on every host: it resumes from the last checkpoint")
+                return
+            now = time.monotonic()
+            for peer in range(self.count):
+                key = f"{_ALIVE}{peer}"
+                value = values.get(key)
+                if peer == self.index or value == _DONE:
+                    continue
+                if key not in seen or seen[key][0] != value:
+                    seen[key] = (value, now if value is not None else started)
+                if now - seen[key][1] > self.timeout_s and not self._stop.is_set():
+                    leave(f"lost contact with process {peer} of this {self.count}-process job "
+                          f"(silent for {self.timeout_s:g}s, BERTJAX_PEER_TIMEOUT); start the "
+                          "job again on every host: it resumes from the last checkpoint")
+                    return
+
+
+_watch: PeerWatch | None = None
+
+
+def watch(client) -> None:
+    """Starts this process's PeerWatch (once jax.distributed is up; `client` is JAX's)."""
+    global _watch
+    if client is None or _watch is not None or jax.process_count() <= 1:
+        return
+    _watch = PeerWatch(client, jax.process_index(), jax.process_count(),
+                       peer_timeout_seconds()).start()
+
+
+def finish() -> None:
+    """This process ends its command normally: the others need not wait for it."""
+    if _watch is not None:
+        _watch.finish()
