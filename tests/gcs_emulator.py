@@ -23,6 +23,10 @@ kind, record)` makes it stop answering (SIGSTOP) or die (SIGKILL) just before it
 the n+1-th from then on, first writing to `record` the time and the md5 of every object it
 holds: what a killed server held is known even though its memory is gone.
 
+Who wrote what: `changes()` lists every object created or deleted with the Host header of the
+request that did it, so clients that name the server differently (127.0.0.1, localhost) are told
+apart.
+
 A server that lacks operations: `GcsEmulator(refuse=("rewriteTo", "moveTo", "copyTo"))` answers
 501 Not Implemented to those object routes, as some GCS-compatible stores do.
 """

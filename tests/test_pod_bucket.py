@@ -5,8 +5,9 @@ One run goes straight to the end through launch/local.sh. Another loses process 
 a checkpoint while a second job on its workdir is refused by the lease; the survivor leaves with
 one line and EXIT_PEER_LOST within its stated bound, and launch/local.sh resumes the job from the
 bucket to the straight run's losses, bit for bit. Process 1 names the server `localhost`, process
-0 `127.0.0.1`: the server's request log tells their writes apart, and only process 0 writes the
-run's records.
+0 `127.0.0.1`: the server's log of changes tells their writes apart, and only process 0 writes
+the run's records. A peer that freezes instead (SIGSTOP) ends the other within
+BERTJAX_PEER_TIMEOUT, in one line too.
 """
 
 import json
@@ -127,12 +128,9 @@ def bucket_corpus(gcs, small_corpus_dir):
     return target
 
 
-def test_two_hosts_on_one_bucket_lose_one_resume_and_match_the_straight_run(
-        gcs, gcs_bucket, bucket_corpus, tmp_path):
-    straight, workdir = f"gs://{gcs_bucket}/straight", f"gs://{gcs_bucket}/killed"
-    logs = [tmp_path / f"process-{i}.log" for i in (0, 1)]
+def run_straight(gcs, workdir, corpus, logs):
     started = time.monotonic()
-    procs = start_pair(gcs, job_args(straight, bucket_corpus), logs)
+    procs = start_pair(gcs, job_args(workdir, corpus), logs)
     try:
         codes = [p.wait(timeout=WAIT_S) for p in procs]
     finally:
@@ -140,21 +138,20 @@ def test_two_hosts_on_one_bucket_lose_one_resume_and_match_the_straight_run(
             p.kill()
     assert codes == [0, 0], [log.read_text()[-3000:] for log in logs]
     print(f"straight 2-process run: {time.monotonic() - started:.1f}s")
-    assert loading.checkpoint_steps(straight) == [3, 6]
 
-    # Process 1 parks after checkpoint 3; process 0 goes on into step 4 and waits there for it.
-    marker = tmp_path / "held"
-    procs = start_pair(gcs, job_args(workdir, bucket_corpus), logs, hold=(3, marker))
+
+def lose_process_one(gcs, workdir, corpus, logs, marker):
+    """Process 1 parks after checkpoint 3 while process 0 goes on into step 4 and waits there
+    for it; a second job is refused by process 0's lease; then process 1 is SIGKILLed. Returns
+    the survivor's exit status and how long after the kill it left."""
+    procs = start_pair(gcs, job_args(workdir, corpus), logs, hold=(3, marker))
     try:
         deadline = time.monotonic() + WAIT_S
         while not marker.exists():
             assert all(p.poll() is None for p in procs), [log.read_text()[-3000:] for log in logs]
             assert time.monotonic() < deadline, [log.read_text()[-3000:] for log in logs]
             time.sleep(0.2)
-
-        # The lease is process 0's: a second job on the workdir is refused in one line.
-        second = subprocess.run([sys.executable, "-m", "bertjax.main",
-                                 *job_args(workdir, bucket_corpus)],
+        second = subprocess.run([sys.executable, "-m", "bertjax.main", *job_args(workdir, corpus)],
                                 env=process_env(gcs, 0), cwd=REPO, capture_output=True,
                                 text=True, timeout=WAIT_S)
         assert second.returncode == 2, second.stderr[-3000:]
@@ -165,11 +162,21 @@ def test_two_hosts_on_one_bucket_lose_one_resume_and_match_the_straight_run(
         killed = time.monotonic()
         assert procs[1].wait(timeout=WAIT_S) == -signal.SIGKILL
         code = procs[0].wait(timeout=SURVIVOR_BOUND_S + 60)
-        left_after = time.monotonic() - killed
+        return code, time.monotonic() - killed
     finally:
         for p in procs:
             p.kill()
             p.wait(timeout=WAIT_S)
+
+
+def test_two_hosts_on_one_bucket_lose_one_resume_and_match_the_straight_run(
+        gcs, gcs_bucket, bucket_corpus, tmp_path):
+    straight, workdir = f"gs://{gcs_bucket}/straight", f"gs://{gcs_bucket}/killed"
+    logs = [tmp_path / f"process-{i}.log" for i in (0, 1)]
+    run_straight(gcs, straight, bucket_corpus, logs)
+    assert loading.checkpoint_steps(straight) == [3, 6]
+
+    code, left_after = lose_process_one(gcs, workdir, bucket_corpus, logs, tmp_path / "held")
     print(f"survivor left {left_after:.1f}s after the SIGKILL")
     survivor = logs[0].read_text()
     assert code == peer_loss.EXIT_PEER_LOST, survivor[-3000:]
