@@ -23,6 +23,10 @@ kind, record)` makes it stop answering (SIGSTOP) or die (SIGKILL) just before it
 the n+1-th from then on, first writing to `record` the time and the md5 of every object it
 holds: what a killed server held is known even though its memory is gone.
 
+Who wrote what: `changes()` lists every object created or deleted with the Host header of the
+request that did it, so clients that name the server differently (127.0.0.1, localhost) are told
+apart.
+
 A server that lacks operations: `GcsEmulator(refuse=("rewriteTo", "moveTo", "copyTo"))` answers
 501 Not Implemented to those object routes, as some GCS-compatible stores do.
 """
@@ -262,6 +266,12 @@ class GcsEmulator:
         what clients fetched, counted by the server (see _count_body_bytes)."""
         return json.loads(self._request("GET", BODY_BYTES)[1])["bytes"]
 
+    def changes(self) -> list[tuple[str, str, str]]:
+        """(the request's Host header, "create" or "delete", "bucket/name") of every object
+        written or deleted so far, in order: a client that names the server by another host
+        name (localhost) tells its writes apart."""
+        return [tuple(c) for c in json.loads(self._request("GET", f"{FAULTS}/changes")[1])]
+
     def fault_after(self, requests: int, kind: str, record: str) -> None:
         """Arms a fault: the server takes `requests` more requests, then, before answering the
         next, writes `record` (the time and every object's md5, as object_md5s) and stops
@@ -369,8 +379,10 @@ def _inject_faults() -> None:
 
     from gcp_storage_emulator import server as srv
 
-    state = {"count": 0, "fault_at": None, "kind": "", "record": ""}
+    state = {"count": 0, "fault_at": None, "kind": "", "record": "", "changes": []}
     lock = threading.Lock()
+    sender = threading.local()  # the Host header of the request this thread answers
+    _record_changes(state["changes"], sender)
 
     def md5s(storage) -> dict:
         return {f"{bucket}/{name}": obj.get("md5Hash", "")
@@ -386,6 +398,8 @@ def _inject_faults() -> None:
             answer = {"armed": state["fault_at"]}
         elif url.path == f"{FAULTS}/md5s":
             answer = md5s(handler.storage)
+        elif url.path == f"{FAULTS}/changes":
+            answer = state["changes"]
         else:
             answer = {"requests": state["count"]}
         body = json.dumps(answer).encode()
@@ -412,6 +426,7 @@ def _inject_faults() -> None:
                 due = state["fault_at"] is not None and state["count"] >= state["fault_at"]
             if due:
                 fault(handler)
+            sender.host = handler.headers.get("Host", "")
             return method(handler)
         return handle
 
@@ -446,6 +461,23 @@ def _count_body_bytes() -> None:
         handler.wfile.write(body)
 
     srv.RequestHandler.do_GET = do_get
+
+def _record_changes(changes: list, sender) -> None:
+    """Appends [host, "create" or "delete", "bucket/name"] to `changes` for every object the
+    server writes (any upload, copy, rewrite or compose) or deletes."""
+    from gcp_storage_emulator.storage import Storage
+
+    create, delete = Storage.create_file, Storage.delete_file
+
+    def create_file(storage, bucket_name, file_name, *args, **kwargs):
+        changes.append([getattr(sender, "host", ""), "create", f"{bucket_name}/{file_name}"])
+        return create(storage, bucket_name, file_name, *args, **kwargs)
+
+    def delete_file(storage, bucket_name, file_name, *args, **kwargs):
+        changes.append([getattr(sender, "host", ""), "delete", f"{bucket_name}/{file_name}"])
+        return delete(storage, bucket_name, file_name, *args, **kwargs)
+
+    Storage.create_file, Storage.delete_file = create_file, delete_file
 
 
 def _refuse_operations(operations: list[str]) -> None:

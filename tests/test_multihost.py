@@ -224,7 +224,7 @@ def test_two_processes_checkpoint_die_resume_stop_together_and_match_one_process
 def clean_env(monkeypatch):
     for key in list(os.environ):
         if key.startswith(("JAX_COORDINATOR", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-                           "JAX_LOCAL_DEVICE_IDS", "SLURM_")):
+                           "JAX_LOCAL_DEVICE_IDS", "SLURM_", "BERTJAX_PEER_TIMEOUT")):
             monkeypatch.delenv(key)
     return monkeypatch
 
@@ -284,14 +284,16 @@ def test_each_environment_starts_the_runtime_its_own_way(clean_env, capsys):
     for key, value in {"SLURM_STEP_NODELIST": "gpu[01-04]", "SLURM_STEP_NUM_TASKS": "4",
                        "SLURM_PROCID": "2"}.items():
         clean_env.setenv(key, value)
-    assert distributed.initialize_from_environment() is True and calls == [{}]
+    timeouts = dict(heartbeat_timeout_seconds=120, shutdown_timeout_seconds=60)
+    assert distributed.initialize_from_environment() is True and calls == [timeouts]
     # Explicit variables win, and JAX is told not to second-guess them from SLURM.
     clean_env.setenv("JAX_COORDINATOR_ADDRESS", "gpu01:1234")
     clean_env.setenv("JAX_NUM_PROCESSES", "4")
     clean_env.setenv("JAX_PROCESS_ID", "2")
     assert distributed.initialize_from_environment() is True
     assert calls[-1] == dict(coordinator_address="gpu01:1234", num_processes=4, process_id=2,
-                             local_device_ids=None, cluster_detection_method="deactivate")
+                             local_device_ids=None, cluster_detection_method="deactivate",
+                             **timeouts)
 
 
 def test_a_single_tpu_vm_without_metadata_runs_alone(clean_env, capsys):

@@ -2,7 +2,8 @@
 
 Runs the job the config names; running it again on the same workdir resumes. Exit status: 0 when
 the job finished (or stopped cleanly on SIGTERM after writing a checkpoint), 2 with one line on
-stderr for bad input or a bad config, 1 when training diverged (a non-finite loss).
+stderr for bad input or a bad config, 1 when training diverged (a non-finite loss), 75 with one
+line on stderr when another process of a multi-process job was lost (bertjax.parallel.peer_loss).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from bertjax.core import packaged
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, report
 from bertjax.jobs import dispatch
 from bertjax.parallel.distributed import initialize_from_environment
+from bertjax.parallel.peer_loss import PeerLost, finish, leave, leaving_on_loss
 from bertjax.train.metrics_log import NonFiniteLossError
 
 EXIT_DIVERGED = 1
@@ -40,7 +42,8 @@ def run_job(config, workdir: str, overridden: frozenset = frozenset()) -> None:
     s = settings.read(config, overridden)
     packaged.cache_dir()  # BERTJAX_CACHE checked before the workdir, whether this job uses it or not
     initialize_from_environment()
-    dispatch.run(s, workdir)
+    with leaving_on_loss():
+        dispatch.run(s, workdir)
 
 
 @entry.command
@@ -51,12 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config, workdir = _parse(argv)
         run_job(config, workdir, overridden_keys(argv))
+    except PeerLost as e:
+        leave(str(e))  # ends the process: exit status EXIT_PEER_LOST
     except UserError as e:
+        finish()  # every process reports the same refusal: none of them is lost
         report(str(e))
         return EXIT_BAD_INPUT
     except NonFiniteLossError as e:
+        finish()
         report(f"training diverged: {e}; lower optimizer.learning_rate or check the data")
         return EXIT_DIVERGED
+    finish()
     return 0
 
 

@@ -21,7 +21,7 @@ from bertjax.inference import loading
 from bertjax.jobs import common, pretraining_data, pretraining_model, remote_inputs
 from bertjax.jobs.pretrain_run import PretrainRun
 from bertjax.jobs.run_directory import RunDirectory
-from bertjax.parallel import distributed, partitioning
+from bertjax.parallel import distributed, partitioning, peer_loss
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.settings.shared import layout_of
 
@@ -71,7 +71,8 @@ def _run(given: PretrainSettings, inputs: remote_inputs.LocalInputs, workdir: st
                                             process_count=share.count)
         run = PretrainRun(s, run_dir, encoder, data, source)
         try:
-            return run.train(stop, compared, info)
+            with peer_loss.leaving_on_loss():  # before the clean-up below: it is bounded too
+                return run.train(stop, compared, info)
         finally:
             run.close()
 

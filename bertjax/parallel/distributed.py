@@ -12,6 +12,9 @@ a job of several processes, and is a no-op otherwise:
   gives each task one device (its SLURM_LOCALID); `launch/slurm_gpu.sbatch` instead sets the
   explicit variables and runs one process per node over all of its GPUs.
 
+A lost process (a host preempted or killed) ends the others within BERTJAX_PEER_TIMEOUT seconds
+(`bertjax.parallel.peer_loss`).
+
 Everything else here keeps several processes in step: work done once by process 0 with its
 outcome (or error) shared, a check that a directory is really shared, and a SIGTERM stop agreed
 on by every process.
@@ -32,6 +35,7 @@ from jax._src import distributed as jax_distributed
 from jax.experimental import multihost_utils
 
 from bertjax.core.errors import UserError
+from bertjax.parallel import peer_loss
 
 _T = TypeVar("_T")
 _TEXT_BYTES = 2048  # longest message shared between processes
@@ -102,33 +106,33 @@ def initialize_from_environment() -> bool:
     if jax.distributed.is_initialized():
         return False
     settings = _explicit_settings()
+    timeouts = peer_loss.initialize_timeouts()  # checked before any process waits for another
     if settings is not None:
         where = (f"{settings['coordinator_address']} as process {settings['process_id']} of "
                  f"{settings['num_processes']}")
         try:
-            jax.distributed.initialize(**settings)
+            jax.distributed.initialize(**settings, **timeouts)
         except (RuntimeError, ValueError) as e:
             raise UserError(f"could not join the distributed job at {where}: "
                             f"{_first_line(e)}") from None
-        return True
+        return _watched()
     if _inside_multi_task_slurm_step():
         try:
-            jax.distributed.initialize()
+            jax.distributed.initialize(**timeouts)
         except (RuntimeError, ValueError) as e:
             raise UserError(f"could not join the SLURM job's processes: {_first_line(e)}") from None
-        return True
+        return _watched()
     if _on_cloud_tpu_vm():
-        return _initialize_on_tpu_vm()
+        return _initialize_on_tpu_vm(timeouts)
     return False
 
 
-def _initialize_on_tpu_vm() -> bool:
+def _initialize_on_tpu_vm(timeouts: dict) -> bool:
     # JAX reads the worker list from the VM's metadata server. Where that fails (a TPU VM
     # without it, such as some notebook runtimes) one host may still run alone; a pod slice
     # may not: its processes must agree on checkpoints and stops.
     try:
-        jax.distributed.initialize()
-        return True
+        jax.distributed.initialize(**timeouts)
     except Exception as e:  # requests' network errors as well as JAX's own
         if jax.process_count() > 1:
             raise UserError("could not start jax.distributed on this TPU pod slice "
@@ -136,6 +140,13 @@ def _initialize_on_tpu_vm() -> bool:
         print(f"bertjax: warning: jax.distributed.initialize() failed on this TPU VM "
               f"({_first_line(e)}); running as one process", file=sys.stderr, flush=True)
         return False
+    return _watched()
+
+
+def _watched() -> bool:
+    """Joined: a peer that falls silent ends this process (peer_loss.PeerWatch)."""
+    peer_loss.watch(jax_distributed.global_state.client)
+    return True
 
 
 def _first_line(error: BaseException) -> str:

@@ -38,7 +38,8 @@ EMPTY_IS_UNSET = "empty is unset: the default"
 # (variable, value) -> why the value is a valid one. Anything not here must be refused.
 ACCEPTED = {
     **{(name, ""): EMPTY_IS_UNSET for name in (
-        "BERTJAX_STORAGE_TIMEOUT", "BERTJAX_CACHE", "STORAGE_EMULATOR_HOST", "XLA_FLAGS",
+        "BERTJAX_STORAGE_TIMEOUT", "BERTJAX_CACHE", "BERTJAX_PEER_TIMEOUT", "STORAGE_EMULATOR_HOST",
+        "XLA_FLAGS",
         "JAX_PLATFORMS", "JAX_LOCAL_DEVICE_IDS", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS")},
     ("JAX_PROCESS_ID", "0"): "process 0 of the job's one process",
     ("JAX_LOCAL_DEVICE_IDS", "0"): "device 0 of this host",
@@ -47,7 +48,7 @@ ACCEPTED = {
     **{("TOKENIZERS_PARALLELISM", value): "the tokenizers library's: any value but empty, "
        "off, false, f, no, n, 0 turns its thread pool on" for value in VALUES},
 }
-VARIABLES = ("BERTJAX_STORAGE_TIMEOUT", "BERTJAX_CACHE", "TFDS_DATA_DIR",
+VARIABLES = ("BERTJAX_STORAGE_TIMEOUT", "BERTJAX_CACHE", "BERTJAX_PEER_TIMEOUT", "TFDS_DATA_DIR",
              "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
              "JAX_LOCAL_DEVICE_IDS", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS",
              "STORAGE_EMULATOR_HOST", "XLA_FLAGS", "JAX_PLATFORMS", "TOKENIZERS_PARALLELISM")
