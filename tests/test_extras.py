@@ -32,7 +32,9 @@ EXTRAS = {"retrieval": ("faiss", "bm25s", "Stemmer"), "books": ("rdata",),
           "hf": ("torch", "transformers"), "beam": ("apache_beam",),
           "gpu-compile": ("jax_plugins",)}
 PRODUCT_EXTRAS = tuple(EXTRAS)
-NOT_IN_ALL = ("gpu-compile",)  # hundreds of MB; make test-all installs it beside `all`
+# gpu-compile: hundreds of MB; beam: caps protobuf below what transformers needs (setup.cfg).
+# make test-all installs both beside `all`.
+NOT_IN_ALL = ("gpu-compile", "beam")
 TEST_EXTRAS = ("test", "test-all")
 FORBIDDEN_IN_CORE = ("grain", "faiss", "faiss-cpu", "bm25s", "pystemmer", "rdata", "torch",
                      "libtpu")
