@@ -87,6 +87,13 @@ def test_the_pipeline_prepares_the_local_corpus_on_a_bucket(gcs_bucket, two_inpu
         [f"gs://{gcs_bucket}/text/a.txt", f"gs://{gcs_bucket}/text/b.txt.gz"]
     assert f"prepared {target}: 40 documents" in beam.stdout
 
+    # Run again on the finished corpus: nothing is rewritten.
+    before = transfer.remote_files(target)
+    again = prepare(f"gs://{gcs_bucket}/text/*", target, vocab, "--runner=direct")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    assert f"prepared {target}: 40 documents" in again.stdout
+    assert transfer.remote_files(target) == before
+
 
 def test_an_interrupted_pipeline_finishes_on_the_bucket_keeping_complete_shards(
         gcs_bucket, two_inputs, local_corpus, small_corpus_dir):

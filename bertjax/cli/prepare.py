@@ -118,6 +118,21 @@ def _vocab_size(args: argparse.Namespace) -> int:
     return DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
 
 
+def _local_output(url: str, distributed: BeamWriter | None) -> str:
+    """Where a corpus for `url` is prepared on this host (a pipeline's shards: by its workers,
+    straight into the bucket), to be uploaded, the manifest last; a finished one's copy."""
+    storage.check_output_url(url, "a prepared corpus")
+    if distributed is not None:
+        distributed.output_url = storage.absolute(url)
+    if not storage.exists(storage.join(url, corpus.MANIFEST)):
+        return transfer.working_copy(url)
+    # A pipeline's finished corpus is checked by its manifest, plan and tokenizer: its shards
+    # (the whole corpus) stay on the bucket.
+    on_bucket = (lambda name: False) if distributed is None else \
+        (lambda name: name.startswith(corpus.SHARDS_DIR + "/"))
+    return transfer.local_copy(url, skip=on_bucket)
+
+
 @entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
@@ -125,13 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     distributed = _beam_writer(args, specs)
     target = args.output
     if storage.is_url(target):
-        # prepared on this host (a pipeline's shards: by its workers, straight into the
-        # bucket), then uploaded, the manifest last
-        storage.check_output_url(target, "a prepared corpus")
-        if distributed is not None:
-            distributed.output_url = storage.absolute(target)
-        args.output = (transfer.local_copy(target) if storage.exists(
-            storage.join(target, corpus.MANIFEST)) else transfer.working_copy(target))
+        args.output = _local_output(target, distributed)
     inputs = _inputs(specs, distributed)
     # Before a vocabulary is trained: an output prepared otherwise must not silently win.
     notes = [f"bertjax: warning: {' '.join(warning.split())}" for warning in
