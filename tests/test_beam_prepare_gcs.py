@@ -4,6 +4,7 @@ and uploads its shards into the bucket; the corpus there is the local preparatio
 byte (every shard file, the tokenizer), the manifest too but for the runner, the clock and where
 the inputs were read from; an interrupted run finishes, keeping the shards complete there."""
 
+import gzip
 import hashlib
 import json
 import os
@@ -126,3 +127,16 @@ def test_a_bucket_holding_another_preparation_is_refused_untouched(
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "holds an unfinished preparation of other inputs" in refused.stderr
     assert transfer.remote_files(target) == before
+
+
+def test_a_worker_that_cannot_read_an_input_on_the_bucket_fails_in_one_line_leaving_nothing(
+        gcs_bucket, small_corpus_dir):
+    whole = gzip.compress(b"one sentence.\n" * 20_000)
+    storage.write_bytes(f"gs://{gcs_bucket}/cut.txt.gz", whole[:len(whole) // 2])
+    vocab = os.path.join(small_corpus_dir, corpus.TOKENIZER_DIR)
+    target = f"gs://{gcs_bucket}/prepared"
+    failed = prepare(f"gs://{gcs_bucket}/cut.txt.gz", target, vocab, "--runner=direct")
+    assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
+    assert failed.stderr.startswith(f"bertjax: error: cannot read gs://{gcs_bucket}/cut.txt.gz"), \
+        failed.stderr  # named by its URL, not by the worker's copy
+    assert not storage.exists(target)  # no plan ties the output to the bad input
