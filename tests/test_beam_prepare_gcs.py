@@ -135,7 +135,9 @@ def test_a_worker_that_cannot_read_an_input_on_the_bucket_fails_in_one_line_leav
     storage.write_bytes(f"gs://{gcs_bucket}/cut.txt.gz", whole[:len(whole) // 2])
     vocab = os.path.join(small_corpus_dir, corpus.TOKENIZER_DIR)
     target = f"gs://{gcs_bucket}/prepared"
-    failed = prepare(f"gs://{gcs_bucket}/cut.txt.gz", target, vocab, "--runner=direct")
+    # Workers in processes of their own, as a cluster's: this process knows nothing of their copies.
+    failed = prepare(f"gs://{gcs_bucket}/cut.txt.gz", target, vocab, "--runner=direct",
+                     "--direct_num_workers=2", "--direct_running_mode=multi_processing")
     assert failed.returncode == 2 and failed.stderr.count("\n") == 1, failed.stderr
     assert failed.stderr.startswith(f"bertjax: error: cannot read gs://{gcs_bucket}/cut.txt.gz"), \
         failed.stderr  # named by its URL, not by the worker's copy

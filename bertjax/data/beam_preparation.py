@@ -31,6 +31,8 @@ import logging
 import operator
 import os
 import re
+import sys
+import tempfile
 from typing import Iterator, Sequence
 
 from bertjax.core import extras, storage
@@ -108,7 +110,8 @@ class BeamWriter:
         try:
             # The local job service relays each worker's routine warnings (a worker's errors
             # fail the pipeline and are reported from here).
-            with _quiet_logs("apache_beam.runners.portability.local_job_service"):
+            with _quiet_logs("apache_beam.runners.portability.local_job_service"), \
+                    _worker_stderr_aside():
                 pipeline.run().wait_until_finish()
         except Exception as e:  # a runner wraps a worker's error in its own types
             raise _worker_error(e, self.runner) from None
@@ -169,6 +172,23 @@ def _quiet_logs(name: str) -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _worker_stderr_aside() -> Iterator[None]:
+    """File descriptor 2 on a temporary file meanwhile: the DirectRunner's multi_processing
+    workers inherit it, and Beam prints a failed bundle's traceback there (reported from here,
+    in one line, instead)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as aside:
+        os.dup2(aside.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def _add_steps(beam, pipeline, files: list[str], input_format: str, output_dir: str,
