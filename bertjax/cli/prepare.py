@@ -18,7 +18,7 @@ import sys
 from bertjax.cli import entry
 from bertjax.core import storage, transfer
 from bertjax.core.errors import UserError
-from bertjax.data import corpus
+from bertjax.data import beam_storage, corpus
 from bertjax.data.beam_preparation import RUNNERS, BeamWriter
 from bertjax.data.preparation_engine import DEFAULT_DOCUMENTS_PER_SHARD, prepare
 from bertjax.data.sources import DEFAULT_MAX_LINE_CHARS, FORMATS
@@ -71,22 +71,27 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _beam_writer(args: argparse.Namespace) -> BeamWriter | None:
+def _beam_writer(args: argparse.Namespace, specs: list[str]) -> BeamWriter | None:
     """The pipeline's writer, its options checked, before anything is written; None without
-    --runner. Its workers read the inputs and write the output where they are: filesystem
-    paths they all see (a URL would name this host's copy)."""
+    --runner. Its workers read the inputs and write the output where they are: object URLs
+    (fetched and uploaded by each worker), or filesystem paths they all see."""
     if args.runner is None:
         return None
     writer = BeamWriter(args.runner, args.beam_flags)
-    named = [p.strip() for p in [args.output, *args.input.split(",")] if storage.is_url(p.strip())]
-    if named:
-        raise UserError(f"--runner reads and writes filesystem paths every worker sees, not URLs "
-                        f"({named[0]}): prepare without --runner, or on a shared filesystem")
-    if args.runner == "dataflow":
-        raise UserError("Dataflow's workers see Cloud Storage only, and --runner reads and "
-                        "writes filesystem paths: use --runner=direct, or flink or spark with "
-                        "a filesystem every worker shares")
+    local = [p for p in [args.output, *specs] if not storage.is_url(p)]
+    if args.runner == "dataflow" and local:
+        raise UserError(f"Dataflow's workers see Cloud Storage only: --input and --output must "
+                        f"be gs:// URLs, not {local[0]}")
     return writer
+
+
+def _inputs(specs: list[str], distributed: BeamWriter | None) -> list[str]:
+    """The inputs as the preparation reads them: URLs as local copies on this host, unless a
+    pipeline's workers read them (then each object's URL, globs and prefixes expanded)."""
+    if distributed is None:
+        return transfer.local_inputs(specs)
+    return [found for spec in specs for found in
+            (beam_storage.input_urls([spec]) if storage.is_url(spec) else [spec])]
 
 
 def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]) -> Tokenizer:
@@ -103,7 +108,8 @@ def _cli_tokenizer(args: argparse.Namespace, inputs: list[str], notes: list[str]
                             "choose another output directory for another kind")
         notes.append(f"using the tokenizer trained earlier in {saved}")
         return tokenizer
-    return build_tokenizer(inputs, args.format, args.train_vocab, _vocab_size(args),
+    # trained on this host: inputs named by URL through local copies
+    return build_tokenizer(transfer.local_inputs(inputs), args.format, args.train_vocab, _vocab_size(args),
                            lowercase=not args.cased, max_sentences=args.max_train_sentences,
                            max_line_chars=args.max_line_chars)
 
@@ -112,16 +118,30 @@ def _vocab_size(args: argparse.Namespace) -> int:
     return DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
 
 
+def _local_output(url: str, distributed: BeamWriter | None) -> str:
+    """Where a corpus for `url` is prepared on this host (a pipeline's shards: by its workers,
+    straight into the bucket), to be uploaded, the manifest last; a finished one's copy."""
+    storage.check_output_url(url, "a prepared corpus")
+    if distributed is not None:
+        distributed.output_url = storage.absolute(url)
+    if not storage.exists(storage.join(url, corpus.MANIFEST)):
+        return transfer.working_copy(url)
+    # A pipeline's finished corpus is checked by its manifest, plan and tokenizer: its shards
+    # (the whole corpus) stay on the bucket.
+    on_bucket = (lambda name: False) if distributed is None else \
+        (lambda name: name.startswith(corpus.SHARDS_DIR + "/"))
+    return transfer.local_copy(url, skip=on_bucket)
+
+
 @entry.command
 def main(argv: list[str] | None = None) -> None:
     args = _parse_args(argv)
-    distributed = _beam_writer(args)
-    inputs = transfer.local_inputs(spec.strip() for spec in args.input.split(",") if spec.strip())
+    specs = [spec.strip() for spec in args.input.split(",") if spec.strip()]
+    distributed = _beam_writer(args, specs)
     target = args.output
-    if storage.is_url(target):  # prepared on this host, then uploaded (the manifest last)
-        storage.check_output_url(target, "a prepared corpus")
-        args.output = (transfer.local_copy(target) if storage.exists(
-            storage.join(target, corpus.MANIFEST)) else transfer.working_copy(target))
+    if storage.is_url(target):
+        args.output = _local_output(target, distributed)
+    inputs = _inputs(specs, distributed)
     # Before a vocabulary is trained: an output prepared otherwise must not silently win.
     notes = [f"bertjax: warning: {' '.join(warning.split())}" for warning in
              corpus.check_prepared_matches(
@@ -139,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
                        on_start=print_notes, distributed=distributed)
     if storage.is_url(target) and not storage.exists(storage.join(target, corpus.MANIFEST)):
         remote_inputs.upload_corpus(args.output, target)
+        if distributed is not None:  # its shards are on the bucket only: this copy is no corpus
+            storage.remove(args.output)
     print(summary(manifest, target))
 
 

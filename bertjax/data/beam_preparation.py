@@ -12,8 +12,11 @@ it does locally; the pipeline only does the middle:
 
 so shard i holds documents [i*K, (i+1)*K) in source order, as locally, and a shard complete
 already is kept. Workers write into the output directory itself: it must be one every worker
-sees (this machine's, or a filesystem they share). The sources' stats come back through one
-hidden JSON file there, read and removed before the manifest.
+sees (this machine's, or a filesystem they share), or, with `output_url`, a bucket's URL the
+driver's local working copy is uploaded to: there workers upload their shards straight into
+OUTPUT_URL/shards/ and fetch inputs named by URL themselves (beam_storage.py), which is what
+Dataflow needs. The sources' stats come back through one hidden JSON file in the output, read
+and removed before the manifest.
 
 apache_beam (the beam extra) is imported only when a pipeline is built or its steps run, never
 when this module is: the core and its commands import this module without paying for Beam.
@@ -28,12 +31,13 @@ import logging
 import operator
 import os
 import re
+import sys
+import tempfile
 from typing import Iterator, Sequence
 
-from bertjax.core import extras
-from bertjax.core.atomic_files import write_json
+from bertjax.core import extras, storage
 from bertjax.core.errors import UserError
-from bertjax.data import corpus, sources
+from bertjax.data import beam_storage, corpus, sources
 from bertjax.data.shard_writing import read_shard_stats, tokenize_and_write
 from bertjax.data.sources import SourceStats
 from bertjax.data.tokenizer import Tokenizer
@@ -54,12 +58,14 @@ def _beam(purpose: str):
 
 class BeamWriter:
     """preparation_engine.DistributedWriter on a Beam runner; built (and its pipeline options
-    checked, in one line) before anything is written."""
+    checked, in one line) before anything is written. With `output_url` the shards go to that
+    bucket URL (the output directory is then the driver's working copy, uploaded afterwards)."""
 
-    def __init__(self, runner: str, flags: Sequence[str]):
+    def __init__(self, runner: str, flags: Sequence[str], output_url: str | None = None):
         if runner not in RUNNERS:
             raise UserError(f"unknown runner {runner!r}; expected one of {', '.join(RUNNERS)}")
         self.runner = runner
+        self.output_url = output_url
         purpose = f"preparing with --runner={runner}"
         beam = _beam(purpose)
         self._options = _pipeline_options(beam, list(flags))
@@ -77,24 +83,44 @@ class BeamWriter:
                  tokenizer: Tokenizer, documents_per_shard: int, max_line_chars: int,
                  tfds_data_dir: str | None,
                  stats: SourceStats) -> tuple[list[corpus.ShardStats], int]:
-        sources.check_readable_text(files)
-        kept = _complete_shards(output_dir)
+        sources.check_readable_text([f for f in files if not storage.is_url(f)])
+        remote = self.output_url
+        if remote is not None:
+            beam_storage.claim(remote, output_dir)
+            kept = beam_storage.complete_shards(remote)
+        else:
+            kept = _complete_shards(output_dir)
+        try:
+            return self._run(files, input_format, output_dir, tokenizer, documents_per_shard,
+                             max_line_chars, tfds_data_dir, stats, kept)
+        except UserError:
+            if remote is not None and not beam_storage.complete_shards(remote):
+                beam_storage.unclaim(remote)  # no plan ties the bucket to inputs being fixed
+            raise
+
+    def _run(self, files: list[str], input_format: str, output_dir: str, tokenizer: Tokenizer,
+             documents_per_shard: int, max_line_chars: int, tfds_data_dir: str | None,
+             stats: SourceStats, kept: set[int]) -> tuple[list[corpus.ShardStats], int]:
+        remote = self.output_url
+        target = remote or output_dir
         beam = _beam(f"preparing with --runner={self.runner}")
         pipeline = beam.Pipeline(runner=self._runner, options=self._options)
-        _add_steps(beam, pipeline, files, input_format, output_dir, tokenizer,
+        _add_steps(beam, pipeline, files, input_format, target, tokenizer,
                    documents_per_shard, max_line_chars, tfds_data_dir)
         try:
             # The local job service relays each worker's routine warnings (a worker's errors
             # fail the pipeline and are reported from here).
-            with _quiet_logs("apache_beam.runners.portability.local_job_service"):
+            with _quiet_logs("apache_beam.runners.portability.local_job_service"), \
+                    _worker_stderr_aside():
                 pipeline.run().wait_until_finish()
         except Exception as e:  # a runner wraps a worker's error in its own types
             raise _worker_error(e, self.runner) from None
-        stats.add(_take_source_stats(output_dir))
+        stats.add(_take_source_stats(target))
         if stats.documents == 0:
             raise sources.empty_corpus(files, input_format, stats, max_line_chars)
         count = -(-stats.documents // documents_per_shard)
-        shards = [read_shard_stats(output_dir, i) for i in range(count)]
+        shards = [beam_storage.shard_stats(remote, i) if remote else
+                  read_shard_stats(output_dir, i) for i in range(count)]
         return shards, sum(s.tokens for i, s in enumerate(shards) if i not in kept)
 
 
@@ -148,6 +174,23 @@ def _quiet_logs(name: str) -> Iterator[None]:
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _worker_stderr_aside() -> Iterator[None]:
+    """File descriptor 2 on a temporary file meanwhile: the DirectRunner's multi_processing
+    workers inherit it, and Beam prints a failed bundle's traceback there (reported from here,
+    in one line, instead)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as aside:
+        os.dup2(aside.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def _add_steps(beam, pipeline, files: list[str], input_format: str, output_dir: str,
                tokenizer: Tokenizer, documents_per_shard: int, max_line_chars: int,
                tfds_data_dir: str | None) -> None:
@@ -170,10 +213,14 @@ def _read_input(item: tuple[int, str], input_format: str, max_line_chars: int,
     tagged = _beam("reading an input in a Beam worker").pvalue.TaggedOutput
     number, path = item
     stats = SourceStats()
-    documents = sources.documents_of(path, input_format, stats, max_line_chars=max_line_chars,
+    local = beam_storage.local_input(path) if storage.is_url(path) else path
+    documents = sources.documents_of(local, input_format, stats, max_line_chars=max_line_chars,
                                      tfds_data_dir=tfds_data_dir)
-    for n, document in enumerate(documents):
-        yield number, n, document
+    try:
+        for n, document in enumerate(documents):
+            yield number, n, document
+    except UserError as e:  # named by its URL, not by this worker's copy
+        raise UserError(str(e).replace(local, path)) from None
     yield tagged(_STATS_TAG, (number, stats))
 
 
@@ -196,26 +243,30 @@ def _place(item: tuple[int, int, list[str]], firsts: dict[int, int],
 def _write_shard(keyed: tuple[int, list[tuple[int, list[str]]]], tokenizer: Tokenizer,
                  output_dir: str) -> None:
     index, placed = keyed
-    if corpus.shard_is_complete(output_dir, index):
+    remote = storage.is_url(output_dir)
+    if (beam_storage.shard_is_complete if remote else corpus.shard_is_complete)(output_dir, index):
         return
     group = [document for _, document in sorted(placed, key=operator.itemgetter(0))]
-    tokenize_and_write(tokenizer, output_dir, index, group)
+    if remote:
+        beam_storage.write_shard(output_dir, index, group, tokenizer)
+    else:
+        tokenize_and_write(tokenizer, output_dir, index, group)
 
 
 def _save_source_stats(per_input: list[tuple[int, SourceStats]], output_dir: str) -> None:
     total = SourceStats()
     for _, stats in per_input:
         total.add(stats)
-    write_json(os.path.join(output_dir, SOURCE_STATS), total.to_json())
+    storage.write_bytes(storage.join(output_dir, SOURCE_STATS),
+                        json.dumps(total.to_json()).encode())
 
 
 def _take_source_stats(output_dir: str) -> SourceStats:
-    path = os.path.join(output_dir, SOURCE_STATS)
+    path = storage.join(output_dir, SOURCE_STATS)
     try:
-        with open(path) as f:
-            saved = json.load(f)
-        os.remove(path)
-    except (OSError, ValueError) as e:
+        saved = json.loads(storage.read_bytes(path))
+        storage.remove(path)
+    except (OSError, ValueError, UserError) as e:
         raise UserError(f"the pipeline left no readable {path} (is the output directory one "
                         f"every worker writes to?): {e}") from None
     total = SourceStats(saved["documents"], saved["sentences"], cut_documents=saved["cut_documents"])

@@ -18,6 +18,7 @@ import tempfile
 import time
 from typing import Callable, Protocol, Sequence
 
+from bertjax.core import storage
 from bertjax.data import corpus
 from bertjax.data.full_disk import full_disk_reported
 from bertjax.core.atomic_files import write_json
@@ -70,7 +71,8 @@ def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer
         raise UserError(f"unknown input format {input_format!r}; expected one of "
                         f"{', '.join(FORMATS)}")
     # The output may sit inside an input directory: never read our own shards back as text.
-    files = [f for f in resolve_inputs(inputs) if is_tfds(f) or not _is_within(f, output_dir)]
+    files = [f for f in _input_files(inputs, distributed) if is_tfds(f) or storage.is_url(f)
+             or not _is_within(f, output_dir)]
     plan = make_plan(files, input_format, tokenizer, documents_per_shard, max_line_chars, tfds_data_dir)
     created = not os.path.exists(output_dir)
     with full_disk_reported(output_dir), exclusive_output(output_dir, plan) as done:
@@ -105,6 +107,20 @@ def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer
             "documents_per_shard": documents_per_shard, "seconds": round(seconds, 3),
             "tokens_per_sec": round(new_tokens / seconds, 1) if seconds > 0 else 0.0})
         return corpus.read_manifest(output_dir)
+
+
+def _input_files(inputs: Sequence[str], distributed: DistributedWriter | None) -> list[str]:
+    """The files the inputs name; object URLs (a distributed preparation's workers read them
+    themselves) pass as they are."""
+    if not any(storage.is_url(spec) for spec in inputs):
+        return resolve_inputs(inputs)
+    if distributed is None:
+        raise UserError("inputs named by URL are read through local copies "
+                        "(transfer.local_inputs) unless a pipeline's workers read them")
+    files: list[str] = []
+    for spec in inputs:
+        files += [spec] if storage.is_url(spec) else resolve_inputs([spec])
+    return list(dict.fromkeys(files))
 
 
 def _is_within(path: str, directory: str) -> bool:

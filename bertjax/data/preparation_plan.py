@@ -1,6 +1,6 @@
 """The plan of a corpus preparation and the output directory's exclusive lock.
 
-`plan.json`, written first, fingerprints the inputs (paths, sizes, times), the tokenizer and the
+`plan.json`, written first, fingerprints the inputs (paths, sizes, times; an object URL's size and generation), the tokenizer and the
 shard size: a rerun with the same fingerprint may finish the preparation; a different one is
 refused before anything in the directory is touched.
 """
@@ -15,6 +15,7 @@ import os
 import tempfile
 from typing import Iterator
 
+from bertjax.core import storage, transfer
 from bertjax.data import corpus
 from bertjax.data.sources import is_tfds
 from bertjax.data.tokenizer import Tokenizer
@@ -42,6 +43,9 @@ def make_plan(files: list[str], input_format: str, tokenizer: Tokenizer, documen
         if is_tfds(path):
             data_dir = tfds_data_dir or os.environ.get("TFDS_DATA_DIR", "")
             described.append({"tfds": path, "data_dir": data_dir and os.path.abspath(data_dir)})
+        elif storage.is_url(path):  # read by a pipeline's workers, not copied here
+            entry = transfer.remote_files(path)[""]
+            described.append({"url": path, "size": entry["size"], "version": entry["version"]})
         else:
             st = os.stat(path)
             described.append({"path": os.path.abspath(path), "size": st.st_size,
