@@ -5,7 +5,7 @@ corpus from the GCS emulator (tests/gcs_emulator.py) in place.
     .venv/bin/python benchmarks/corpus_streaming.py [--megabytes 20] [--steps 40] [--batch 32]
 
 Prints the corpus's token bytes, the index the run fetched once, the bytes its rows read per step
-(planned exactly as the run plans them), the bytes fetched per step (metrics.jsonl
+(planned exactly as the run plans them) and the ranged requests that takes, the bytes fetched per step (metrics.jsonl
 data_bytes_fetched), what the server sent in all (counted by the server), and the data wait per
 step (metrics.jsonl data_wait_s; the first step and each phase's first step aside).
 """
@@ -62,8 +62,9 @@ def run_args(workdir: str, url: str, steps: int, batch: int) -> list[str]:
         f"--config.{k}={v}" for k, v in settings.items()]
 
 
-def rows_bytes_per_step(args: list[str], url: str, steps: int) -> list[int]:
-    """The bytes of the token ranges each step's rows read, planned as the run plans them."""
+def rows_per_step(args: list[str], url: str, steps: int) -> tuple[list[int], list[int]]:
+    """The bytes of the token ranges each step's rows read, planned as the run plans them, and
+    the ranged requests each step's reads take (ranges merged as the run merges them)."""
     spec = importlib.util.spec_from_file_location("tiny", os.path.join(REPO, "configs/tiny.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -75,8 +76,12 @@ def rows_bytes_per_step(args: list[str], url: str, steps: int) -> list[int]:
     settings = pretrain.read(config)
     data = pretraining_data.batches(settings, streamed_corpus.open_streamed(url))
     planner = read_ahead._copy_of(data._train)
-    return [read_ahead.rows_bytes(read_ahead.fetch_now(planner, *data.local_slice(step)))
-            for step in range(steps)]
+    shards = planner.source.corpus.shards
+    nbytes = [read_ahead.rows_bytes(read_ahead.fetch_now(planner, *data.local_slice(step)))
+              for step in range(steps)]
+    requests = [len(streamed_corpus.coalesced(shards, read_ahead.planned_ranges(
+        planner, *data.local_slice(step)))) for step in range(steps)]
+    return nbytes, requests
 
 
 def main() -> None:
@@ -102,7 +107,7 @@ def main() -> None:
             sys.exit(done.stderr[-3000:])
         sent = server.body_bytes_sent() - before
         index_bytes = streamed_corpus.open_streamed(url).index_bytes
-        rows = rows_bytes_per_step(args, url, flags.steps)
+        rows, requests = rows_per_step(args, url, flags.steps)
         with open(os.path.join(workdir, "metrics.jsonl")) as f:
             train = [r for r in map(json.loads, f) if "loss" in r]
     fetched = [r["data_bytes_fetched"] for r in train]
@@ -113,6 +118,8 @@ def main() -> None:
           "read_ahead_steps and cache_mb at their defaults)")
     print(f"rows read per step: mean {np.mean(rows):,.0f} B; fetched per step: mean "
           f"{sum(fetched) / steps:,.0f} B ({sum(fetched) / sum(rows):.3f} x the rows)")
+    print(f"ranged requests per step: mean {np.mean(requests):.1f} "
+          f"({np.mean(requests) / flags.batch:.2f} a row)")
     print(f"server sent in all: {sent:,} B = {sent / token_bytes:.4f} of the corpus's tokens "
           f"(index, tokenizer, rows, run records)")
     print(f"data wait per step: median {np.median(waited) * 1e3:.2f} ms, p90 "
