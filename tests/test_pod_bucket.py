@@ -175,6 +175,10 @@ def test_two_hosts_on_one_bucket_lose_one_resume_and_match_the_straight_run(
     logs = [tmp_path / f"process-{i}.log" for i in (0, 1)]
     run_straight(gcs, straight, bucket_corpus, logs)
     assert loading.checkpoint_steps(straight) == [3, 6]
+    raw = storage.read_bytes(storage.join(straight, "metrics.jsonl")).decode()
+    fetched = [r.get("data_bytes_fetched", 0) for r in map(json.loads, raw.splitlines())
+               if "loss" in r]
+    assert sum(fetched) > 0, fetched  # the corpus was read in place from the bucket
 
     code, left_after = lose_process_one(gcs, workdir, bucket_corpus, logs, tmp_path / "held")
     print(f"survivor left {left_after:.1f}s after the SIGKILL")
