@@ -20,11 +20,11 @@ from transformers import DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2Model
 
 import bertjax
 from bertjax.cli import convert, export
-from bertjax.cli import main as main_cli
 from bertjax.inference import loading
 from bertjax.interop import hf_files, hf_models
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
+import cli_in_process
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import run_child, tiny_args
 
@@ -116,7 +116,8 @@ def our_outputs(params, config, ids, mask, segments):
     encoder = Encoder(config, all_layers=True)
     layers = jax.jit(lambda p: encoder.apply({"params": p}, ids, segments, mask).layers)(
         params["encoder"])
-    logits = jax.jit(lambda p, b: BertForPretraining(config).apply({"params": p}, b))(
+    model = BertForPretraining(config, nsp="nsp" in params)
+    logits = jax.jit(lambda p, b: model.apply({"params": p}, b))(
         params, {k: jnp.asarray(v) for k, v in batch.items()})["mlm_logits"]
     return np.asarray(layers), np.asarray(logits)
 
@@ -262,17 +263,16 @@ def test_a_deberta_run_exports_to_transformers(deberta_run, tmp_path, capsys):
     ("model.attention_implementation=splash", "splash kernel cannot"),
     ("model.attention_implementation=xla", "xla kernel cannot"),
     ("model.sliding_window=16", "model.sliding_window"),
-    ("model.lora_rank=4", "model.lora_rank"),
+    ("model.norm=pre", "model.norm=pre"),
     ("model.position_buckets=300", "must exceed half of model.position_buckets"),
     ("model.position_buckets=-1", "must be >= 0"),
 ])
-def test_settings_deberta_cannot_use_are_refused_before_the_workdir(tmp_path, capsys,
-                                                                    small_corpus_dir, setting,
-                                                                    phrase):
+def test_settings_deberta_cannot_use_are_refused_before_the_workdir(tmp_path, small_corpus_dir,
+                                                                    setting, phrase):
     workdir = tmp_path / "wd"
-    argv = [a for a in deberta_args(str(workdir), small_corpus_dir)[1:]]
-    code, _, err = run_cli(main_cli, [*argv, f"--config.{setting}"], capsys)
-    assert_one_line_error(code, err, phrase)
+    argv = deberta_args(str(workdir), small_corpus_dir)[1:]
+    run = cli_in_process.run("main", *argv, f"--config.{setting}")
+    assert_one_line_error(run.returncode, run.stderr, phrase)
     assert not workdir.exists()
 
 
@@ -287,9 +287,7 @@ def test_settings_deberta_cannot_use_are_refused_before_the_workdir(tmp_path, ca
 def test_deberta_checkpoints_bertjax_cannot_compute_are_refused(tmp_path, capsys, change,
                                                                 phrase):
     config = DebertaV2Config(vocab_size=300, type_vocab_size=0, **{**SIZES, **change})
-    os.makedirs(tmp_path / "hf")
-    with open(tmp_path / "hf" / hf_files.CONFIG, "w") as f:
-        json.dump(config.to_dict(), f)
+    DebertaV2ForMaskedLM(config).save_pretrained(tmp_path / "hf")
     code, _, err = run_cli(convert, ["--from-hf", str(tmp_path / "hf"), "--output",
                                      str(tmp_path / "out")], capsys)
     assert_one_line_error(code, err, phrase)
