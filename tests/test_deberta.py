@@ -8,6 +8,7 @@ bertjax's scores; settings DeBERTa cannot honour are refused before the workdir 
 
 import json
 import os
+import signal
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +28,8 @@ from bertjax.model.heads import BertForPretraining
 import cli_in_process
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import run_child, tiny_args
+from test_pretrain import logged
+from trees import flat
 
 pytestmark = pytest.mark.slow
 
@@ -292,3 +295,36 @@ def test_deberta_checkpoints_bertjax_cannot_compute_are_refused(tmp_path, capsys
                                      str(tmp_path / "out")], capsys)
     assert_one_line_error(code, err, phrase)
     assert not (tmp_path / "out").exists()
+
+
+def test_exact_resume_after_sigkill_across_the_length_switch(deberta_run, tmp_path,
+                                                             small_corpus_dir):
+    resumed = str(tmp_path / "resumed")
+    args = deberta_args(resumed, small_corpus_dir)
+    result = run_child(args, KILL_AFTER_CHECKPOINT=5)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+    result = run_child(args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming from step 5" in result.stderr
+    assert logged(resumed) == logged(deberta_run)
+    a, b = flat(loading.load(deberta_run).params), flat(loading.load(resumed).params)
+    assert a.keys() == b.keys() and "encoder/relative_embeddings/table" in a
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_an_electra_run_on_deberta_gives_the_generator_its_own_table(tmp_path, small_corpus_dir):
+    """DeBERTa-v3's replaced token detection: the generator (base.py's electra section) has
+    its own relative table, of its own width, and shares the word embeddings."""
+    workdir = str(tmp_path / "electra")
+    result = run_child(deberta_args(workdir, small_corpus_dir, objective="electra",
+                                    **{"train.steps": 3, "train.eval_every": 0,
+                                       "schedule.long_fraction": 0.0}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = [r for r in logged(workdir) if "loss" in r]
+    assert len(train) == 3 and all(np.isfinite(r["rtd_loss"]) for r in train)
+    params = flat(loading.load(workdir).params)
+    generator, discriminator = (params[f"{part}/relative_embeddings/table"]
+                                for part in ("generator", "encoder"))
+    assert generator.shape[0] == discriminator.shape[0] == 32
+    assert generator.shape[1] < discriminator.shape[1]
