@@ -19,9 +19,7 @@ from configs import base
 def set_architecture(config) -> None:
     """DeBERTa-v3's architecture on any preset (shared with small runs and the tests)."""
     model = config.model
-    model.position_embedding = "relative"
-    model.position_buckets = 256
-    model.max_relative_positions = 0  # max_position_embeddings: 512
+    model.position_embedding = "relative"  # 256 buckets up to max_position_embeddings (512)
     model.type_vocab_size = 0
     model.layer_norm_eps = 1e-7
 
@@ -35,7 +33,6 @@ def get_config():
     config.train.steps = 500_000
     config.train.batch_size = 2048
     config.optimizer.learning_rate = 2e-4
-    config.optimizer.warmup_steps = 10_000
     config.optimizer.b2 = 0.98
     config.optimizer.bias_correction = True
     return config
