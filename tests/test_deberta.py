@@ -328,3 +328,18 @@ def test_an_electra_run_on_deberta_gives_the_generator_its_own_table(tmp_path, s
                                 for part in ("generator", "encoder"))
     assert generator.shape[0] == discriminator.shape[0] == 32
     assert generator.shape[1] < discriminator.shape[1]
+    out = str(tmp_path / "hf")  # the discriminator, as DeBERTa-v3 releases it
+    run = cli_in_process.run("export", "--workdir", workdir, "--format", "hf", "--output", out)
+    assert run.returncode == 0, run.stderr
+    hf, info = DebertaV2Model.from_pretrained(out, output_loading_info=True,
+                                              attn_implementation="eager")
+    assert not any(info.values()), info
+    bundle = loading.load(workdir)
+    ids, mask, _ = padded_batch(seed=4, vocab=1000)
+    zeros = np.zeros_like(ids)
+    ours = Encoder(bundle.encoder).apply({"params": bundle.params["encoder"]}, ids, zeros,
+                                         mask).sequence
+    with torch.no_grad():
+        theirs = hf.eval()(input_ids=torch.tensor(ids, dtype=torch.long),
+                           attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
+    np.testing.assert_allclose(at_tokens(np.asarray(ours), mask), at_tokens(theirs, mask), **TOL)

@@ -19,7 +19,9 @@ ModernBertForMaskedLM (ModernBertModel without the MLM head), and a ModernBert c
 imported likewise; its names, layouts and config are `hf_modernbert`'s. An encoder with
 RoBERTa's positions (model.positions_from_padding) is exported as RobertaForMaskedLM or
 XLMRobertaForMaskedLM (the heads record which it was converted from; RobertaModel without the MLM
-head), and a RoBERTa or XLM-RoBERTa checkpoint imported likewise; `hf_roberta` renames.
+head), and a RoBERTa or XLM-RoBERTa checkpoint imported likewise; `hf_roberta` renames. An
+encoder with relative positions (DeBERTa) is exported as DebertaV2ForMaskedLM (DebertaV2Model)
+and a deberta-v2 checkpoint imported likewise; `hf_deberta` renames and sets the table aside.
 """
 
 from __future__ import annotations
