@@ -23,11 +23,14 @@ import bertjax
 from bertjax.cli import convert, export
 from bertjax.inference import loading
 from bertjax.interop import hf_files, hf_models
+from bertjax.parallel.mesh import make_mesh
+from bertjax.model.config import preset
 from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 import cli_in_process
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import run_child, tiny_args
+import test_sharded_steps as sharded
 from test_pretrain import logged
 from trees import flat
 
@@ -343,3 +346,20 @@ def test_an_electra_run_on_deberta_gives_the_generator_its_own_table(tmp_path, s
         theirs = hf.eval()(input_ids=torch.tensor(ids, dtype=torch.long),
                            attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
     np.testing.assert_allclose(at_tokens(np.asarray(ours), mask), at_tokens(theirs, mask), **TOL)
+
+
+def test_a_sharded_deberta_step_equals_the_one_device_step():
+    """Data, FSDP and tensor parallel at once (2 x 2 x 2 fake CPU devices, remat save_dots):
+    the relative table and the position terms shard with the heads and give the one-device
+    step's metrics and parameters."""
+    config = preset("tiny", vocab_size=sharded.V, num_heads=8, max_position_embeddings=64,
+                    scan_layers=True, position_embedding="relative", position_buckets=8,
+                    max_relative_positions=32)
+    single = sharded._train(BertForPretraining(config),
+                            make_mesh(1, 1, 1, devices=jax.devices()[:1]))
+    run = sharded._train(BertForPretraining(config.replace(remat="save_dots")),
+                         make_mesh(2, 2, 2), start=single["initial"])
+    for got, want in zip(run["metrics"], single["metrics"]):
+        sharded._close(got, want)
+    sharded._close(run["final"].params, single["final"].params, atol=1e-5)
+    assert "relative_embeddings" in run["final"].params["encoder"]
