@@ -22,6 +22,7 @@ from transformers import DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2Model
 import bertjax
 from bertjax.cli import convert, export
 from bertjax.inference import loading
+from bertjax.core.errors import UserError
 from bertjax.interop import hf_files, hf_models
 from bertjax.parallel.mesh import make_mesh
 from bertjax.model.config import preset
@@ -363,3 +364,10 @@ def test_a_sharded_deberta_step_equals_the_one_device_step():
         sharded._close(got, want)
     sharded._close(run["final"].params, single["final"].params, atol=1e-5)
     assert "relative_embeddings" in run["final"].params["encoder"]
+
+
+@pytest.mark.parametrize("change", [dict(mlp="geglu"), dict(use_bias=False)])
+def test_a_deberta_encoder_transformers_cannot_hold_is_refused_on_export(change):
+    model = preset("tiny", vocab_size=100, position_embedding="relative", **change)
+    with pytest.raises(UserError, match="no DebertaV2 counterpart"):
+        hf_models.to_hf({}, model, {})

@@ -195,6 +195,11 @@ def to_hf(params: Mapping, model: EncoderConfig,
           heads: Mapping) -> tuple[dict, dict[str, np.ndarray], list[str]]:
     """(config.json, state dict, notes) of DebertaV2ForMaskedLM, or DebertaV2Model for
     parameters without the MLM head."""
+    modern = [f"model.{name}={getattr(model, name)}" for name, bert in (
+        ("mlp", "gelu"), ("use_bias", True), ("norm_bias", True)) if getattr(model, name) != bert]
+    if modern:
+        raise UserError(f"a DeBERTa encoder with {', '.join(modern)} has no DebertaV2 "
+                        "counterpart to export to; export it with --format params")
     if heads.get("head"):
         raise UserError(f"cannot export a fine-tuned DeBERTa model to Hugging Face yet: only its "
                         f"encoder and MLM head have a mapping ({heads['head']} has none); export "

@@ -70,12 +70,12 @@ class HFModel:
 
 def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
     """A bertjax checkpoint's parameters as the Hugging Face model its heads call for."""
+    if model.position_embedding == "relative":  # DeBERTa: hf_deberta's names and config
+        return HFModel(*hf_deberta.to_hf(params, model, heads))
     if hf_modernbert.is_modern(model):
         return _modernbert_to_hf(params, model, heads)
     if model.positions_from_padding:
         return _roberta_to_hf(params, model, heads)
-    if model.position_embedding == "relative":  # DeBERTa: hf_deberta's names and config
-        return HFModel(*hf_deberta.to_hf(params, model, heads))
     if heads.get("head"):
         return _finetuned_to_hf(params, model, heads)
     return _pretraining_to_hf(params, model, heads)
