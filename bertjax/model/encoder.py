@@ -3,8 +3,8 @@
 With the config's defaults this is Hugging Face's `BertModel` exactly (exact erf GELU, LayerNorm
 after each residual add); with ModernBERT's options (rotary positions, pre-norm, GeGLU, no
 biases, sliding-window layers) it is `ModernBertModel`; with relative positions (DeBERTa's
-disentangled attention, model/disentangled_attention.py) it is `DebertaV2Model`. Converted checkpoints reproduce either to
-fp32 rounding. Parameters live in
+disentangled attention, model/disentangled_attention.py) it is `DebertaV2Model`. Converted
+checkpoints reproduce each to fp32 rounding. Parameters live in
 `config.param_dtype` and matmuls run in `config.dtype` (their operands in `config.matmul_dtype`
 when set); softmax, LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the
 compute dtype.
