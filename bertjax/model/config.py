@@ -183,9 +183,10 @@ class EncoderConfig:
             raise UserError(f"model.position_buckets and model.max_relative_positions must be "
                             f">= 0, got {self.position_buckets} and "
                             f"{self.max_relative_positions}")
-        if self.position_buckets and self.relative_span <= self.position_buckets // 2:
+        # The log buckets divide by log((span - 1) / (buckets // 2)): it must be positive.
+        if self.position_buckets and self.relative_span <= self.position_buckets // 2 + 1:
             raise UserError(f"model.max_relative_positions {self.relative_span} must exceed "
-                            f"half of model.position_buckets {self.position_buckets}")
+                            f"half of model.position_buckets {self.position_buckets}, plus one")
         if self.attention_implementation not in RELATIVE_ATTENTION:
             raise UserError(f"model.position_embedding=relative (DeBERTa) adds position terms "
                             f"that the {self.attention_implementation} kernel cannot: set "
