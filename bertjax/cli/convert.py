@@ -7,8 +7,9 @@ torch.load(weights_only=True)), plus vocab.txt and tokenizer_config.json: what
 `save_pretrained` writes, e.g. a downloaded bert-base-uncased. Weight names with or without the
 `bert.` prefix are accepted. A RoBERTa or XLM-RoBERTa directory (model_type "roberta" /
 "xlm-roberta", its tokenizer.json carried) converts the same way, with RoBERTa's positions
-(model.positions_from_padding), and an ALBERT directory (model_type "albert") with its factorised
-embeddings and shared layers. DIR is a params export (bertjax.json, params/, tokenizer/) holding
+(model.positions_from_padding), an ALBERT directory (model_type "albert") with its factorised
+embeddings and shared layers, and a DeBERTa-v2/v3 one (model_type "deberta-v2") with its
+disentangled attention (model.position_embedding=relative). DIR is a params export (bertjax.json, params/, tokenizer/) holding
 our pretraining model (encoder, MLM and NSP heads); the parts HF_DIR lacks (the heads of a bare
 BertModel) are initialized fresh and named on stderr. Start from it with
 
@@ -39,8 +40,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = entry.ArgumentParser(prog="python -m bertjax.convert",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--from-hf", required=True, dest="from_hf",
-                        help="a Hugging Face BERT, RoBERTa, XLM-RoBERTa, ModernBert or "
-                        "ALBERT directory (config.json + weights)")
+                        help="a Hugging Face BERT, RoBERTa, XLM-RoBERTa, ModernBert, ALBERT or "
+                        "DeBERTa-v2 directory (config.json + weights)")
     parser.add_argument("--output", required=True, help="the params export to create")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed for the parts the checkpoint lacks")

@@ -13,7 +13,9 @@ special_tokens_map.json) that transformers' `from_pretrained(OUT)` loads: BertFo
 a pretraining run (BertForMaskedLM without NSP), BertForSequenceClassification,
 BertForTokenClassification or BertForQuestionAnswering for a fine-tuned one; an ELECTRA run
 becomes ElectraForPreTraining (the discriminator) in OUT and ElectraForMaskedLM (the generator)
-in OUT/generator; a converted RoBERTa / XLM-RoBERTa becomes (XLM)RobertaForMaskedLM again. What has no Hugging
+in OUT/generator; a converted RoBERTa / XLM-RoBERTa becomes (XLM)RobertaForMaskedLM again, a
+DeBERTa model DebertaV2ForMaskedLM (an ELECTRA run on DeBERTa its discriminator as
+DebertaV2Model). What has no Hugging
 Face counterpart (the SpanBERT head, a CRF, a SentencePiece vocabulary) is named on stderr.
 OUT must not exist unless --overwrite; it appears whole or not at all.
 

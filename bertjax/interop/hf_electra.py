@@ -9,6 +9,11 @@
 The layers' names and layouts are BERT's (`hf_layout`); each model's config.json carries
 `embedding_size`, the discriminator's hidden size, which both embed with. The discriminator's
 pooler has no ELECTRA counterpart (nothing trained it) and is left out.
+
+A DeBERTa discriminator (DeBERTa-v3's replaced token detection) is exported as DebertaV2Model,
+what fine-tuning starts from; transformers has no DeBERTa RTD class, and the generator, whose
+projection of the shared embeddings follows their norm as ELECTRA's does, has no DebertaV2
+counterpart (DebertaV2's embed_proj precedes it).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 from flax.core import meta
 
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_albert, hf_bert_config, hf_layout, hf_modernbert
+from bertjax.interop import hf_albert, hf_bert_config, hf_deberta, hf_layout, hf_modernbert
 from bertjax.interop.hf_models import HFModel
 from bertjax.model.config import EncoderConfig
 
@@ -75,6 +80,11 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> dict[str, HF
                         "model.share_layers) has no mapping to transformers' ELECTRA; export it "
                         "with --format params")
     params = meta.unbox(params)
+    if model.position_embedding == "relative":
+        config, state, _ = hf_deberta.to_hf({"encoder": params["encoder"]}, model, {})
+        return {"": HFModel(config, state, [
+            "DeBERTa ELECTRA: the discriminator is exported as DebertaV2Model (no pooler); the "
+            "generator and the discriminator's head have no DebertaV2 counterpart"])}
     missing = [k for k in ("encoder", "generator", "generator_head", "discriminator_head")
                if k not in params]
     if missing:

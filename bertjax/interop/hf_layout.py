@@ -89,7 +89,10 @@ def _layer_entries(config: EncoderConfig, scan_layers: bool):
 
 
 def _all_entries(config: EncoderConfig, scan_layers: bool, heads: bool, nsp: bool):
-    yield from ((p, n, c, None) for p, n, c in _EMBEDDINGS_AND_POOLER)
+    # Tables the encoder does not have (rotary or relative positions, no segments) are absent.
+    absent = {"position_embeddings": config.position_embedding != "learned",
+              "token_type_embeddings": not config.type_vocab_size}
+    yield from ((p, n, c, None) for p, n, c in _EMBEDDINGS_AND_POOLER if not absent.get(p[-1]))
     yield from _layer_entries(config, scan_layers)
     if heads:
         yield from ((p, n, c, None) for p, n, c in _MLM)

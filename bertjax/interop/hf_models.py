@@ -22,7 +22,9 @@ XLMRobertaForMaskedLM (the heads record which it was converted from; RobertaMode
 head), and a RoBERTa or XLM-RoBERTa checkpoint imported likewise; `hf_roberta` renames. An encoder
 with factorised embeddings or shared layers (ALBERT's options) is exported as
 AlbertForPreTraining (with the pair head, as its sentence-order head), AlbertForMaskedLM or
-AlbertModel, and an ALBERT checkpoint imported likewise; `hf_albert` maps the names.
+AlbertModel, and an ALBERT checkpoint imported likewise; `hf_albert` maps the names. An
+encoder with relative positions (DeBERTa) is exported as DebertaV2ForMaskedLM (DebertaV2Model)
+and a deberta-v2 checkpoint imported likewise; `hf_deberta` renames and sets the table aside.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from flax import traverse_util
 
 from bertjax.data.schema import zeros_batch
 from bertjax.core.errors import UserError
-from bertjax.interop import hf_albert, hf_bert_config, hf_layout, hf_modernbert, hf_roberta
+from bertjax.interop import (hf_albert, hf_bert_config, hf_deberta, hf_layout, hf_modernbert,
+                               hf_roberta)
 from bertjax.model.config import EncoderConfig
 from bertjax.model.heads import BertForPretraining
 
@@ -71,6 +74,8 @@ class HFModel:
 
 def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
     """A bertjax checkpoint's parameters as the Hugging Face model its heads call for."""
+    if model.position_embedding == "relative":  # DeBERTa: hf_deberta's names and config
+        return HFModel(*hf_deberta.to_hf(params, model, heads))
     if hf_modernbert.is_modern(model):
         return _modernbert_to_hf(params, model, heads)
     if hf_albert.exports_as_albert(model):
@@ -212,11 +217,13 @@ def check_architecture(hf_config: Mapping) -> None:
     wrong family's list would name the wrong thing)."""
     model_type = hf_config.get("model_type", "bert")  # Google's bert_config.json has none
     if model_type not in ("bert", hf_modernbert.MODEL_TYPE, *hf_roberta.MODEL_TYPES,
-                          hf_albert.MODEL_TYPE):
+                          hf_albert.MODEL_TYPE, hf_deberta.MODEL_TYPE):
         raise UserError(f"unsupported model_type {model_type!r}: bertjax reads BERT "
                         f"(model_type 'bert'), ModernBERT ('{hf_modernbert.MODEL_TYPE}'), "
-                        "RoBERTa ('roberta'), XLM-RoBERTa ('xlm-roberta') and ALBERT ('albert') "
-                        "encoders")
+                        "RoBERTa ('roberta'), XLM-RoBERTa ('xlm-roberta'), ALBERT ('albert') and "
+                        f"DeBERTa-v2/v3 ('{hf_deberta.MODEL_TYPE}') encoders")
+    if hf_deberta.is_deberta(hf_config):
+        return hf_deberta.check_architectures(hf_config)
     if hf_roberta.is_roberta(hf_config):
         return hf_roberta.check_architectures(hf_config)
     if hf_albert.is_albert(hf_config):
@@ -239,9 +246,13 @@ def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: b
         return _albert_from_hf(hf_config, state_dict, scan_layers, seed)
     model = encoder_config_from_hf(hf_config, scan_layers=scan_layers)
     parts, name, theirs = _PARTS, str, {}  # how the report spells a part and a weight
+    relative = None  # DeBERTa's relative embedding table, not BERT's to name
     if hf_roberta.is_roberta(hf_config):  # BERT's weights under other names
         state_dict, theirs = hf_roberta.to_bert_names(state_dict)
         parts, name = hf_roberta.PARTS, hf_roberta.their_name
+    elif hf_deberta.is_deberta(hf_config):
+        state_dict, theirs, relative = hf_deberta.to_bert_names(state_dict)
+        parts, name = hf_deberta.PARTS, hf_deberta.their_name
     params, missing, unused = hf_layout.from_hf_state_dict(state_dict, model)
     unused = [theirs.get(n, n) for n in unused]
     absent_parts = [part for part in parts if any(n.startswith(part) for n in missing)]
@@ -255,6 +266,8 @@ def from_hf(hf_config: Mapping, state_dict: Mapping[str, Any], *, scan_layers: b
         raise UserError(f"the weights hold {extra_encoder[0]}, which the config does not call "
                         f"for ({model.num_layers} layers): does config.json describe these "
                         "weights?")
+    if relative is not None:
+        params["encoder"]["relative_embeddings"] = hf_deberta.relative_params(relative, model)
     if absent_parts:
         params = _fill_in(params, model, seed)
     return Imported(params, model, [parts[p] for p in absent_parts], sorted(unused))
@@ -268,6 +281,8 @@ def encoder_config_from_hf(hf_config: Mapping, **overrides) -> EncoderConfig:
         return hf_roberta.encoder_config_from_hf(hf_config, **overrides)
     if hf_albert.is_albert(hf_config):
         return hf_albert.encoder_config_from_hf(hf_config, **overrides)
+    if hf_deberta.is_deberta(hf_config):
+        return hf_deberta.encoder_config_from_hf(hf_config, **overrides)
     return hf_bert_config.encoder_config_from_hf(hf_config, **overrides)
 
 

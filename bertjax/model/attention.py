@@ -28,6 +28,8 @@ class AttentionContext:
     # Rotary tables (cos, sin), fp32 [B, L, D], for the global and the sliding-window layers.
     rope_global: tuple[Array, Array] | None = None
     rope_local: tuple[Array, Array] | None = None
+    # DeBERTa's relative embedding table after its norm, fp32 [2S, H] (the encoder's, shared).
+    relative: Array | None = None
 
     def full_mask(self) -> Array:
         """bool [B, 1, 1, L], or [B, 1, L, L] when sequences are packed."""

@@ -12,7 +12,8 @@ the platform of the devices the step is compiled for.
     splash    the splash kernel on every platform: off a TPU in Pallas's interpreter (exact,
               slow: what the tests run).
     explicit  the probabilities spelled out (einsum, fp32 softmax): BERT's attention dropout
-              needs them, so training with attention dropout takes this path under `auto`.
+              needs them, so training with attention dropout takes this path under `auto`,
+              and so does DeBERTa's disentangled attention always (its position terms).
 
 The platform is the abstract mesh's (set while the step is traced, train/step.py): for
 `python -m bertjax.compile` that is the TPU it compiles for, whatever the host runs on.
@@ -37,7 +38,7 @@ def choose(config: EncoderConfig, kind: str, *, platform: str, dropout: bool,
     dropout applies (training with model.attention_dropout > 0); `packed`: rows hold several
     sequences (pack ids)."""
     requested = config.attention_implementation
-    if dropout or requested == EXPLICIT:
+    if dropout or requested == EXPLICIT or config.position_embedding == "relative":
         return EXPLICIT
     if requested in ("auto", ""):
         if platform == "tpu":

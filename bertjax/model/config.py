@@ -16,7 +16,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash", "explicit")
 # The fused kernels compute no attention probabilities, so none can be dropped.
 FUSED_ATTENTION = ("cudnn", "splash")
-POSITION_EMBEDDINGS = ("learned", "rope")
+# "relative": DeBERTa's disentangled attention (model/disentangled_attention.py), no absolute
+# positions anywhere.
+POSITION_EMBEDDINGS = ("learned", "rope", "relative")
+# The kernels that can add DeBERTa's position terms: it spells its attention out.
+RELATIVE_ATTENTION = ("auto", "", "explicit")
 NORM_PLACEMENTS = ("post", "pre")
 MLP_KINDS = ("gelu", "geglu")
 # The activation of the feed-forward layers and the MLM head: exact erf GELU (BERT) or its tanh
@@ -27,7 +31,8 @@ ACTIVATIONS = ("gelu", "gelu_tanh")
 # one that keeps BERT's values leaves them out (`record()`).
 ARCHITECTURE_FIELDS = ("position_embedding", "rope_theta", "rope_local_theta", "norm", "mlp",
                        "use_bias", "norm_bias", "global_attention_every", "sliding_window",
-                       "positions_from_padding", "embedding_size", "share_layers", "activation")
+                       "positions_from_padding", "embedding_size", "share_layers", "activation",
+                       "position_buckets", "max_relative_positions")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +75,12 @@ class EncoderConfig:
     embedding_size: int = 0
     share_layers: bool = False
     activation: str = "gelu"
+    # DeBERTa-v2/v3 (position_embedding="relative"): relative distances in log buckets beyond
+    # position_buckets // 2 up to max_relative_positions (0: max_position_embeddings), one table
+    # of 2 x position_buckets relative embeddings (2 x max_relative_positions when
+    # position_buckets is 0: no buckets) shared by every layer.
+    position_buckets: int = 256
+    max_relative_positions: int = 0
     # Compute and parameter dtypes are separate: bf16 matmuls with fp32 master weights. Softmax,
     # LayerNorm and the losses always run in fp32.
     dtype: str = "float32"
@@ -169,6 +180,8 @@ class EncoderConfig:
             raise UserError(f"model.embedding_size {self.embedding_size} must be in [0, "
                             f"model.hidden_size {self.hidden_size}]: factorised embeddings are "
                             "narrower than the hidden layers (0: none)")
+        if self.position_embedding == "relative":
+            self._check_relative()
         if self.global_attention_every < 1:
             raise UserError(f"model.global_attention_every must be >= 1, got "
                             f"{self.global_attention_every}")
@@ -179,6 +192,39 @@ class EncoderConfig:
             raise UserError(f"model.sliding_window {self.sliding_window} is not narrower than "
                             f"the longest sequence (model.max_position_embeddings "
                             f"{self.max_position_embeddings}): make every layer global instead")
+
+    def _check_relative(self) -> None:
+        """What DeBERTa's disentangled attention cannot be combined with."""
+        if self.position_buckets < 0 or self.max_relative_positions < 0:
+            raise UserError(f"model.position_buckets and model.max_relative_positions must be "
+                            f">= 0, got {self.position_buckets} and "
+                            f"{self.max_relative_positions}")
+        # The log buckets divide by log((span - 1) / (buckets // 2)): it must be positive.
+        if self.position_buckets and self.relative_span <= self.position_buckets // 2 + 1:
+            raise UserError(f"model.max_relative_positions {self.relative_span} must exceed "
+                            f"half of model.position_buckets {self.position_buckets}, plus one")
+        if self.attention_implementation not in RELATIVE_ATTENTION:
+            raise UserError(f"model.position_embedding=relative (DeBERTa) adds position terms "
+                            f"that the {self.attention_implementation} kernel cannot: set "
+                            f"model.attention_implementation=auto or explicit")
+        others = [name for name, value in (
+            ("model.sliding_window", self.sliding_window),
+            ("model.positions_from_padding", self.positions_from_padding),
+            ("model.lora_rank", self.lora_rank), ("model.norm=pre", self.norm == "pre"))
+            if value]
+        if others:
+            raise UserError(f"model.position_embedding=relative (DeBERTa) does not combine with "
+                            f"{', '.join(others)}")
+
+    @property
+    def relative_span(self) -> int:
+        """DeBERTa's max_relative_positions, 0 resolved to max_position_embeddings."""
+        return self.max_relative_positions or self.max_position_embeddings
+
+    @property
+    def relative_table_size(self) -> int:
+        """Rows of DeBERTa's relative embedding table: twice the buckets (or the span)."""
+        return 2 * (self.position_buckets or self.relative_span)
 
     @staticmethod
     def _check_theta(name: str, theta: float, length: int) -> None:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from bertjax.model.config import EncoderConfig
 from bertjax.model.attention import context
+from bertjax.model.disentangled_attention import RelativeEmbeddings
 from bertjax.model.embeddings import HIDDEN_AXES
 from bertjax.model.encoder import Encoder, make_layers, run_layers
 from bertjax.model.primitives import dense, gather_positions, gelu, layer_norm
@@ -49,8 +50,11 @@ class GeneratorEncoder(nn.Module):
         if self.embedding_size != cfg.hidden_size:
             x = dense(cfg, cfg.hidden_size, ("embed", None), "embeddings_project")(x)
             x = nn.with_logical_constraint(x, HIDDEN_AXES)
+        ctx = context(cfg, input_mask)
+        if cfg.position_embedding == "relative":  # DeBERTa: the generator's own table
+            ctx = ctx.replace(relative=RelativeEmbeddings(cfg, name="relative_embeddings")())
         layers = make_layers(cfg, named=True)
-        x, _ = run_layers(cfg, layers, x, context(cfg, input_mask), deterministic)
+        x, _ = run_layers(cfg, layers, x, ctx, deterministic)
         if cfg.norm == "pre":
             x = layer_norm(cfg, "final_norm")(x).astype(cfg.dtype)
         return x

@@ -2,11 +2,13 @@
 
 With the config's defaults this is Hugging Face's `BertModel` exactly (exact erf GELU, LayerNorm
 after each residual add); with ModernBERT's options (rotary positions, pre-norm, GeGLU, no
-biases, sliding-window layers) it is `ModernBertModel`, and with ALBERT's (factorised
-embeddings, one layer's parameters shared by every layer, tanh GELU) `AlbertModel`. Converted
-checkpoints reproduce each to fp32 rounding. Parameters live in `config.param_dtype` and
-matmuls run in `config.dtype` (their operands in `config.matmul_dtype` when set); softmax,
-LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the compute dtype.
+biases, sliding-window layers) it is `ModernBertModel`, with ALBERT's (factorised
+embeddings, one layer's parameters shared by every layer, tanh GELU) `AlbertModel`, and with
+relative positions (DeBERTa's disentangled attention, model/disentangled_attention.py)
+`DebertaV2Model`. Converted checkpoints reproduce each to fp32 rounding. Parameters live in
+`config.param_dtype` and matmuls run in `config.dtype` (their operands in `config.matmul_dtype`
+when set); softmax, LayerNorm and the residual sums that feed LayerNorm run in fp32 whatever the
+compute dtype.
 
 Every parameter carries logical axis names (`nn.with_logical_partitioning`) and activations are
 constrained at layer boundaries (`nn.with_logical_constraint`); both are inert until the caller
@@ -20,7 +22,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bertjax.model import adaptation
+from bertjax.model import adaptation, disentangled_attention
 from bertjax.model.attention import AttentionContext, attend, context, heads_major
 from bertjax.model.config import EncoderConfig
 from bertjax.model.embeddings import HIDDEN_AXES, Embeddings
@@ -58,10 +60,13 @@ class SelfAttention(nn.Module):
         cfg = self.config
         heads = (cfg.num_heads, cfg.head_dim)
 
+        projections = {name: EinsumDense(cfg, "blh,hnd->blnd", (cfg.hidden_size, *heads),
+                                         ("embed", "heads", "kv"), out_dims=2,
+                                         use_bias=cfg.use_bias, name=name)
+                       for name in ("query", "key", "value")}
+
         def project(name: str) -> Array:
-            y = EinsumDense(cfg, "blh,hnd->blnd", (cfg.hidden_size, *heads),
-                            ("embed", "heads", "kv"), out_dims=2, use_bias=cfg.use_bias,
-                            name=name)(x)
+            y = projections[name](x)
             if cfg.lora_rank and name in adaptation.LORA_TARGETS:
                 y = y + adaptation.LowRankUpdate(cfg, name=name + adaptation.LORA_SUFFIX)(
                     x, deterministic)
@@ -71,7 +76,13 @@ class SelfAttention(nn.Module):
         dropout_rng = None
         if not deterministic and cfg.attention_dropout > 0.0:
             dropout_rng = self.make_rng("dropout")
-        context = attend(query, key, value, ctx, cfg, is_global, dropout_rng)
+        if ctx.relative is None:
+            context = attend(query, key, value, ctx, cfg, is_global, dropout_rng)
+        else:  # DeBERTa: the layer's query and key projections of the shared relative table
+            table = nn.Dropout(cfg.hidden_dropout)(ctx.relative, deterministic=deterministic)
+            pos_query, pos_key = (projections[name](table[None])[0] for name in ("query", "key"))
+            context = disentangled_attention.attention(query, key, value, pos_query, pos_key,
+                                                       ctx.full_mask(), cfg, dropout_rng)
         # The splash kernel's [B, N, L, D] is contracted as it is (attention.heads_major).
         major = heads_major(cfg, ctx, dropout_rng)
         context = nn.with_logical_constraint(context, HEADS_MAJOR_AXES if major else HEADS_AXES)
@@ -202,7 +213,7 @@ class Encoder(nn.Module):
 
     Parameters: `embeddings`, then `layers` (scan: stacked on a leading "layers" axis) or
     `layer_0` .. `layer_{L-1}` (loop) or, with model.share_layers (ALBERT), `shared_layer`, then
-    `final_norm` (pre-LN only) and `pooler`.
+    `final_norm` (pre-LN only), `relative_embeddings` (DeBERTa only) and `pooler`.
     `all_layers` changes no parameter, only what is returned (EncoderOutput.layers); training
     leaves it off, so nothing extra is kept.
     """
@@ -217,6 +228,8 @@ class Encoder(nn.Module):
             setattr(self, name, layer)
         if cfg.norm == "pre":
             self.final_norm = layer_norm(cfg, "final_norm")
+        if cfg.position_embedding == "relative":
+            self.relative_embeddings = disentangled_attention.RelativeEmbeddings(cfg)
         self.pooler = dense(cfg, cfg.hidden_size, ("embed", None), "pooler",
                             use_bias=cfg.use_bias)
 
@@ -231,6 +244,8 @@ class Encoder(nn.Module):
         cfg = self.config
         x = self.embeddings(input_ids, segment_ids, deterministic, prompt, positions)
         ctx = context(cfg, input_mask, positions, pack_ids)
+        if cfg.position_embedding == "relative":
+            ctx = ctx.replace(relative=self.relative_embeddings())
         embedded = x
         layers = {name: getattr(self, name) for name in layer_names(cfg)}
         x, stacked = run_layers(cfg, layers, x, ctx, deterministic, self.all_layers)

@@ -9,6 +9,8 @@ with L layers, hidden size H, FFN width I, vocabulary V and P masked positions a
 
     encoder matmuls  6 * B*T * L * (4*H*H + 2*H*I)     Q, K, V, attention output; FFN in, out
     attention        12 * B * L * T*T * H               Q.K^T and probs.V, 2*T*T*H each, x3
+    DeBERTa terms    12 * L * (R*H*H + B*T*R*H)         the layer's query and key projections
+                                                        of the R-row relative table; c2p, p2c
     pooler + NSP     6 * B * (H*H + 2*H)
     MLM head         6 * B*P * (H*H + H*V)              transform + tied projection at the P
                                                         masked positions only
@@ -50,9 +52,13 @@ def train_step_flops(config: EncoderConfig, batch: int, seq_len: int, prediction
                        float(config.vocab_size), float(config.num_layers))
     train = 3.0 * 2.0  # forward + backward, 2 FLOPs per multiply-add
     projection = h * h + h * v
+    relative = 0.0
+    if config.position_embedding == "relative":  # DeBERTa's disentangled attention
+        rows = float(config.relative_table_size)
+        relative = train * 2.0 * layers * (rows * h * h + b * t * rows * h)
     return StepFlops(
         encoder_matmuls=train * b * t * layers * (4 * h * h + 2 * h * i),
-        attention=train * 2.0 * b * layers * t * t * h,
+        attention=train * 2.0 * b * layers * t * t * h + relative,
         pooler_nsp=train * b * (h * h + (2 * h if nsp else 0.0)),
         mlm_head=train * b * p * projection,
         sbo_head=train * b * p * (3 * h * h + projection) if sbo else 0.0)

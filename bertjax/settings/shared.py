@@ -26,7 +26,8 @@ ADAPTATION_LAYOUT_FIELDS = ("adapter_size", "lora_rank")
 # Of the architecture options, those that add, drop or reshape parameters; recorded only when
 # they differ from BERT's, so BERT-style workdirs compare as before.
 ARCHITECTURE_LAYOUT_FIELDS = ("position_embedding", "norm", "mlp", "use_bias", "norm_bias",
-                              "embedding_size", "share_layers")
+                              "embedding_size", "share_layers", "position_buckets",
+                              "max_relative_positions")
 
 
 def _encoder(name: str):
@@ -70,7 +71,7 @@ class ModelSpec:
     layer_norm_eps: float = _encoder("layer_norm_eps")
     # The architecture: BERT's by default; configs/modernbert.py sets ModernBERT's (rope, pre,
     # geglu, no biases, sliding windows). With preset from_checkpoint the checkpoint's are used.
-    position_embedding: str = _encoder("position_embedding")  # learned | rope
+    position_embedding: str = _encoder("position_embedding")  # learned | rope | relative
     rope_theta: float = _encoder("rope_theta")  # rope: the global layers' base
     rope_local_theta: float = _encoder("rope_local_theta")  # rope: the sliding-window layers'
     norm: str = _encoder("norm")  # post (BERT) | pre (norm before each sublayer)
@@ -86,6 +87,10 @@ class ModelSpec:
     embedding_size: int = _encoder("embedding_size")
     share_layers: bool = _encoder("share_layers")
     activation: str = _encoder("activation")
+    # relative (DeBERTa): distances in log buckets beyond position_buckets // 2, up to
+    # max_relative_positions (0: max_position_embeddings); position_buckets 0: no buckets
+    position_buckets: int = _encoder("position_buckets")
+    max_relative_positions: int = _encoder("max_relative_positions")
 
     @property
     def from_checkpoint(self) -> bool:
