@@ -271,6 +271,8 @@ def test_a_deberta_run_exports_to_transformers(deberta_run, tmp_path, capsys):
     ("model.attention_implementation=xla", "xla kernel cannot"),
     ("model.sliding_window=16", "model.sliding_window"),
     ("model.norm=pre", "model.norm=pre"),
+    ("model.share_layers=true", "does not combine with model.share_layers"),
+    ("model.embedding_size=64", "does not combine with model.embedding_size"),
     ("model.position_buckets=300", "must exceed half of model.position_buckets"),
     ("model.position_buckets=-1", "must be >= 0"),
 ])

@@ -210,7 +210,10 @@ class EncoderConfig:
         others = [name for name, value in (
             ("model.sliding_window", self.sliding_window),
             ("model.positions_from_padding", self.positions_from_padding),
-            ("model.lora_rank", self.lora_rank), ("model.norm=pre", self.norm == "pre"))
+            ("model.lora_rank", self.lora_rank), ("model.norm=pre", self.norm == "pre"),
+            # ALBERT's options: no DebertaV2 layout holds them
+            ("model.embedding_size", self.embedding_size),
+            ("model.share_layers", self.share_layers))
             if value]
         if others:
             raise UserError(f"model.position_embedding=relative (DeBERTa) does not combine with "
