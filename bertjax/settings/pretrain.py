@@ -11,6 +11,8 @@ from bertjax.data.inputs import NAMED_INPUTS
 from bertjax.data.sources import FORMATS as INPUT_FORMATS
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
+from bertjax.data.language_sampling import check_alpha
+from bertjax.data.multilingual_corpus import parse_languages
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
 from bertjax.core.errors import UserError, check_choice, check_int
 from bertjax.model.config import ENCODER_DEFAULTS
@@ -60,6 +62,11 @@ class CorpusSettings:
     # into the objective's example mode ("documents").
     separate_documents: bool = False
     eval_fraction: float = 0.01  # documents held out for evaluation
+    # Multilingual pretraining, in place of data.input: "en=PATH_OR_GLOB,es=PATH" (a language
+    # code per input), one vocabulary over all; see docs/data.md "Multilingual".
+    languages: str = ""
+    # Language sampling p_l ~ (share of the language's tokens)^alpha (mBERT 0.7, XLM-R 0.3).
+    language_alpha: float = 0.7
     workers: int = 2  # background batch builders
     prefetch: int = 4  # batches built ahead of the step
     # Not a config key: whether data.vocab_size was set on the command line.
@@ -73,6 +80,12 @@ class CorpusSettings:
             raise UserError(f"data.short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         check_int("data.workers", self.workers, 0, "(0: batches built in the training process)")
         check_int("data.prefetch", self.prefetch, 1)
+        check_alpha(self.language_alpha)
+        if self.languages.strip():
+            parse_languages(self.languages)
+            if self.input.strip():
+                raise UserError("set data.input or data.languages, not both (data.languages "
+                                "names each language's inputs)")
 
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
