@@ -156,7 +156,7 @@ def test_a_tiny_multilingual_run_reports_mlm_accuracy_per_language(languages, tm
         "data.languages": spec, "data.language_alpha": 0.3, "data.vocab_size": 300,
         "data.eval_fraction": 0.1, "train.steps": 6, "train.eval_every": 6,
         "schedule.long_fraction": 0.0, "train.checkpoint_every": 6})
-    result = run_child(args[1:])
+    result = run_child(args)
     assert result.returncode == 0, result.stderr[-3000:]
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
