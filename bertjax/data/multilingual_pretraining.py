@@ -17,7 +17,9 @@ from bertjax.data.examples import Example, ExampleSource
 from bertjax.data.language_sampling import LanguageSampler, smoothed_probabilities
 from bertjax.data.length_schedule import Phase
 from bertjax.data.multilingual_corpus import MultilingualCorpus
+from bertjax.data.parallel_text import ParallelPairs
 from bertjax.data.pretraining import EVAL, TRAIN, BatchBuilder, PretrainingData
+from bertjax.data.tlm_batches import LanguageTaggedSource, TlmBuilder
 from bertjax.core.errors import UserError
 
 
@@ -69,9 +71,12 @@ class MultilingualPretrainingData(PretrainingData):
     p_l proportional to (the language's share of training tokens)^alpha; held-out batches come
     per language too (`eval_batches_by_language`)."""
 
-    def __init__(self, corpus: MultilingualCorpus, *, alpha: float, **kwargs):
+    def __init__(self, corpus: MultilingualCorpus, *, alpha: float,
+                 parallel: ParallelPairs | None = None, tlm_fraction: float = 0.0, **kwargs):
         super().__init__(corpus, **kwargs)
-        self.alpha = alpha
+        self.alpha, self.parallel, self.tlm_fraction = alpha, parallel, tlm_fraction
+        # With parallel text (XLM), every token carries its language id in its segment id.
+        source_class = ExampleSource if parallel is None else LanguageTaggedSource
         train_docs = self._train.source.documents
         _, eval_docs = corpus.split_documents(kwargs.get("eval_fraction", 0.01))
         masker, special = self._train.masker, corpus.tokenizer.special
@@ -82,29 +87,53 @@ class MultilingualPretrainingData(PretrainingData):
             documents = corpus.language_documents(train_docs, language)
             if documents.size == 0:
                 raise UserError(f"language {code} has no training documents")
-            sources.append(ExampleSource(corpus, documents, name=f"{code} train",
-                                         key=(self.seed, TRAIN, language), **options))
+            sources.append(source_class(corpus, documents, name=f"{code} train",
+                                        key=(self.seed, TRAIN, language), **options))
+            sources[-1].language_id = language
             tokens.append(_tokens_of(corpus, documents))
         self.probabilities = smoothed_probabilities(np.array(tokens), alpha)
         sampler = LanguageSampler(self.probabilities, [self.seed, TRAIN])
-        self._train = BatchBuilder(MultilingualSource(sources, sampler, [self.seed, TRAIN]),
-                                   masker, self.seed, TRAIN)
+        mixed = MultilingualSource(sources, sampler, [self.seed, TRAIN])
+        self._train = BatchBuilder(mixed, masker, self.seed, TRAIN)
+        if parallel is not None:
+            self._train = self._tlm_builder(mixed, masker, kwargs.get("eval_fraction", 0.01))
         self._eval_languages: dict[str, BatchBuilder] = {}
         for language, code in enumerate(corpus.languages):
             documents = corpus.language_documents(eval_docs, language)
             if documents.size:
-                self._eval_languages[code] = BatchBuilder(ExampleSource(
-                    corpus, documents, name=f"{code} eval", key=(self.seed, EVAL, language),
-                    **options), masker, self.seed, EVAL)
+                source = source_class(corpus, documents, name=f"{code} eval",
+                                      key=(self.seed, EVAL, language), **options)
+                source.language_id = language
+                self._eval_languages[code] = BatchBuilder(source, masker, self.seed, EVAL)
+        if parallel is not None and len(self._eval_languages) == len(sources):
+            # The pooled held-out batches, language-tagged too: each language in its proportion.
+            self._eval = BatchBuilder(MultilingualSource(
+                [b.source for b in self._eval_languages.values()],
+                LanguageSampler(self.probabilities, [self.seed, EVAL]), [self.seed, EVAL]),
+                masker, self.seed, EVAL)
         for phase in self.schedule.phases:
             self._train.source.chunks(phase.seq_len)
+
+    def _tlm_builder(self, mixed: MultilingualSource, masker, eval_fraction: float) -> TlmBuilder:
+        parallel, languages = self.parallel, self.corpus.languages
+        for code in (parallel.a, parallel.b):
+            if code not in languages:
+                raise UserError(f"the parallel text is in {code}, which is not one of the "
+                                f"languages ({', '.join(languages)})")
+        train_pairs, _ = parallel.split(eval_fraction)
+        return TlmBuilder(mixed, masker, self.seed, TRAIN, pairs=parallel,
+                          pair_indices=train_pairs, tlm_fraction=self.tlm_fraction,
+                          language_ids=(languages.index(parallel.a), languages.index(parallel.b)))
 
     @property
     def languages(self) -> list[str]:
         return list(self.corpus.languages)
 
     def fingerprint(self) -> dict:
-        return {**super().fingerprint(), "languages": self.languages, "language_alpha": self.alpha}
+        tlm = {} if self.parallel is None else {"tlm_fraction": self.tlm_fraction,
+                                                "parallel_pairs": len(self.parallel)}
+        return {**super().fingerprint(), "languages": self.languages,
+                "language_alpha": self.alpha, **tlm}
 
     def eval_batches_by_language(self, phase: Phase, num_batches: int) -> dict[str, list[dict]]:
         """This process's slices of each language's first `num_batches` held-out batches."""

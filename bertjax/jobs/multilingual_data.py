@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
-from bertjax.data import multilingual_corpus, tokenizer_training
+from bertjax.data import multilingual_corpus, parallel_text, tokenizer_training
 from bertjax.data.corpus import same_vocabulary
 from bertjax.data.multilingual_corpus import MultilingualCorpus
 from bertjax.data.multilingual_pretraining import MultilingualPretrainingData
+from bertjax.data.parallel_text import ParallelPairs
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
 from bertjax.core.errors import UserError
 from bertjax.settings.pretrain import PretrainSettings
@@ -18,14 +19,19 @@ VOCABULARY_SAMPLE_SENTENCES = 1_000_000  # sentences the vocabulary is trained o
 
 
 def is_multilingual(s: PretrainSettings) -> bool:
-    return bool(s.data.languages.strip())
+    """data.languages, or TLM (which asks for them in `check_inputs`)."""
+    return bool(s.data.languages.strip()) or bool(s.data.tlm_fraction)
 
 
 def check_inputs(s: PretrainSettings, workdir: str) -> None:
     """Every language's inputs exist, unless the corpus is prepared already."""
+    if s.data.tlm_fraction:
+        s.data.parallel_spec()  # TLM without parallel text or languages: refused first
     if multilingual_corpus.is_prepared(s.data.prepared_dir(workdir)):
         return
     multilingual_corpus.check_inputs(multilingual_corpus.parse_languages(s.data.languages))
+    if s.data.tlm_fraction:
+        parallel_text.read_pairs(s.data.parallel_spec()[2])
     if s.data.tokenizer and not os.path.exists(s.data.tokenizer):
         raise UserError(f"tokenizer not found: {s.data.tokenizer}")
 
@@ -45,6 +51,9 @@ def prepared_corpus(s: PretrainSettings, workdir: str, required: Tokenizer | Non
         multilingual_corpus.prepare(languages, d.input_format, directory, tokenizer,
                                     workers=max(1, os.cpu_count() or 1))
     prepared = MultilingualCorpus.open(directory)
+    if d.tlm_fraction and may_prepare:
+        a, b, path = d.parallel_spec()
+        parallel_text.prepare_pairs(path, a, b, directory, prepared.tokenizer)
     if required is not None and not same_vocabulary(prepared.tokenizer, required):
         raise UserError(f"the corpus in {directory} was tokenized with another vocabulary than "
                         "the init checkpoint's; prepare it with that one (a new data.prepared)")
@@ -64,15 +73,22 @@ def train_vocabulary(s: PretrainSettings, languages: dict[str, list[str]]) -> To
 
 def batches(s: PretrainSettings, prepared: MultilingualCorpus, *, process_index: int = 0,
             process_count: int = 1) -> MultilingualPretrainingData:
+    parallel = None
+    if s.data.tlm_fraction:
+        a, b, _ = s.data.parallel_spec()
+        parallel = ParallelPairs(parallel_text.pairs_path(prepared.root, a, b), a, b)
     data = MultilingualPretrainingData(
-        prepared, alpha=s.data.language_alpha, mode=s.objective.mode, masking=s.masking,
+        prepared, alpha=s.data.language_alpha, parallel=parallel,
+        tlm_fraction=s.data.tlm_fraction, mode=s.objective.mode, masking=s.masking,
         schedule=s.schedule, global_batch_size=s.train.batch_size, seed=s.train.seed,
         process_index=process_index, process_count=process_count,
         short_seq_prob=s.data.short_seq_prob, eval_fraction=s.data.eval_fraction,
         workers=s.data.workers, prefetch=s.data.prefetch)
     if process_index == 0:
+        tlm = (f"; {s.data.tlm_fraction:g} of the rows translation pairs ({len(parallel)} "
+               f"{parallel.a}-{parallel.b} pairs)" if parallel is not None else "")
         print("languages (sampling probability p_l ~ token share^"
               f"{s.data.language_alpha:g}):\n" + multilingual_corpus.summary(
-                  multilingual_corpus.read_languages(prepared.root), data.probabilities),
+                  multilingual_corpus.read_languages(prepared.root), data.probabilities) + tlm,
               file=sys.stderr)
     return data

@@ -13,6 +13,7 @@ from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data.language_sampling import check_alpha
 from bertjax.data.multilingual_corpus import parse_languages
+from bertjax.data.parallel_text import parse_parallel
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
 from bertjax.core.errors import UserError, check_choice, check_int
 from bertjax.model.config import ENCODER_DEFAULTS
@@ -67,6 +68,10 @@ class CorpusSettings:
     languages: str = ""
     # Language sampling p_l ~ (share of the language's tokens)^alpha (mBERT 0.7, XLM-R 0.3).
     language_alpha: float = 0.7
+    # XLM's translation language modelling: "en-es=PATH", a file of tab-separated translation
+    # pairs (side A in the first language); read with data.tlm_fraction > 0.
+    parallel: str = ""
+    tlm_fraction: float = 0.0  # the share of rows that are translation pairs (the rest MLM)
     workers: int = 2  # background batch builders
     prefetch: int = 4  # batches built ahead of the step
     # Not a config key: whether data.vocab_size was set on the command line.
@@ -86,6 +91,39 @@ class CorpusSettings:
             if self.input.strip():
                 raise UserError("set data.input or data.languages, not both (data.languages "
                                 "names each language's inputs)")
+        self._check_tlm()
+
+    def _check_tlm(self) -> None:
+        """What can be checked of TLM in the config itself; the parallel text and the languages
+        a config leaves for the command line are asked for by `parallel_spec`, as data.input is
+        by `inputs`."""
+        if not 0.0 <= self.tlm_fraction < 1.0:
+            raise UserError(f"data.tlm_fraction must be in [0, 1), got {self.tlm_fraction}")
+        if not self.tlm_fraction:
+            if self.parallel.strip():
+                raise UserError("data.parallel is read only for translation language modelling: "
+                                "set data.tlm_fraction > 0 too")
+            return
+        if not self.separate_documents:
+            raise UserError("translation language modelling needs data.separate_documents=true "
+                            "(rows carry positions, which restart at a pair's second sentence)")
+        if self.parallel.strip() and self.languages.strip():
+            self.parallel_spec()
+
+    def parallel_spec(self) -> tuple[str, str, str]:
+        """(language A, language B, path) of the parallel text TLM reads."""
+        if not self.parallel.strip():
+            raise UserError("translation language modelling (data.tlm_fraction > 0) needs "
+                            "parallel text: set data.parallel=A-B=PATH (tab-separated pairs)")
+        if not self.languages.strip():
+            raise UserError("translation language modelling needs data.languages (the "
+                            "monolingual text of each language)")
+        a, b, path = parse_parallel(self.parallel)
+        missing = [c for c in (a, b) if c not in parse_languages(self.languages)]
+        if missing:
+            raise UserError(f"data.parallel is in {', '.join(missing)}, not one of "
+                            "data.languages")
+        return a, b, path
 
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
@@ -233,6 +271,7 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     if config.data.tokenizer_type not in TOKENIZER_KINDS:
         raise UserError(f"unknown data.tokenizer_type {config.data.tokenizer_type!r}; choose one "
                         f"of {', '.join(TOKENIZER_KINDS)}")
+    _check_language_ids(config, model)
     optimizer = OptimizerConfig(total_steps=train.steps, **fields_of(
         OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",)))
     return PretrainSettings(
@@ -243,6 +282,18 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
                             vocab_size_given="data.vocab_size" in overridden),
         masking=MaskingConfig(**fields_of(MaskingConfig, config.masking, "masking")),
         schedule=schedule, optimizer=optimizer, train=train, task=task)
+
+
+def _check_language_ids(config: Section, model: ModelSpec) -> None:
+    """With translation language modelling the segment table is the language embedding."""
+    if not config.data.tlm_fraction or not config.data.languages.strip() \
+            or model.from_checkpoint:
+        return
+    languages = len(parse_languages(config.data.languages))
+    if model.type_vocab_size < languages:
+        raise UserError(f"translation language modelling embeds each token's language in the "
+                        f"segment table: model.type_vocab_size must be at least the "
+                        f"{languages} languages, got {model.type_vocab_size}")
 
 
 def _objective(config: Section) -> PretrainingObjective:
