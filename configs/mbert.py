@@ -10,8 +10,6 @@ from configs import base
 
 def get_config():
     config = base.get_config()
-    config.data.tokenizer_type = "wordpiece"
     config.data.lowercase = False  # mBERT's cased vocabulary keeps accents and case
-    config.data.language_alpha = 0.7
     config.data.vocab_size = 119_547  # mBERT's (cased)
     return config
