@@ -201,8 +201,11 @@ def test_bad_tlm_configs_are_refused_in_one_line_before_the_workdir(texts, tmp_p
 @pytest.mark.system_packages
 def test_the_bible_verse_pairs_align_english_with_spanish(tmp_path):
     output = str(tmp_path / "pairs.tsv")
-    result = cli_in_process.run("bertjax.data.parallel_text", "--output", output)
+    result = cli_in_process.run("bertjax.data.parallel_text", "--output", output,
+                                "--texts", str(tmp_path / "texts"))
     assert result.returncode == 0, result.stderr
+    for code, first in (("en", "In the beginning God"), ("es", "EN el principio")):
+        assert (tmp_path / "texts" / f"{code}.txt").read_text().startswith(first)
     pairs = parallel_text.read_pairs(output)
     assert len(pairs) > 30_000
     assert pairs[0] == ("In the beginning God created the heaven and the earth.",

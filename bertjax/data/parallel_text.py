@@ -25,7 +25,8 @@ import numpy as np
 
 from bertjax.core import atomic_files, debian_archive
 from bertjax.core.errors import UserError, exit_on_user_error
-from bertjax.data.books_corpus import osis_text, sword_entries
+from bertjax.data.books_corpus import bible_books, osis_text, sword_entries
+from bertjax.data.sentence_splitting import split_sentences
 from bertjax.data.tokenizer import Tokenizer
 
 SPANISH_BIBLE = ("sword-text-sparv=2.60-1", "usr/share/sword/modules/texts/ztext/spaRV1909eb/")
@@ -126,6 +127,20 @@ def bible_verse_pairs() -> list[tuple[str, str]]:
     return [(e, s) for e, s in pairs if e and s]
 
 
+def write_bible_texts(directory: str) -> dict[str, int]:
+    """The two Bibles as monolingual corpora in the "sentences" layout, a book a document:
+    DIRECTORY/en.txt (King James) and DIRECTORY/es.txt (Reina-Valera 1909); words per file."""
+    words = {}
+    for code, spec in (("en", debian_archive.KJV_BIBLE), ("es", SPANISH_BIBLE)):
+        books = [[s for paragraph in book for s in split_sentences(paragraph)]
+                 for book in bible_books(debian_archive.fetch(spec))]
+        books = [book for book in books if book]
+        atomic_files.write_text(os.path.join(directory, f"{code}.txt"), "\n".join(
+            "".join(sentence + "\n" for sentence in book) for book in books))
+        words[code] = sum(len(sentence.split()) for book in books for sentence in book)
+    return words
+
+
 def write_bible_pairs(output: str) -> int:
     """Writes the verse pairs as tab-separated lines; returns how many."""
     pairs = bible_verse_pairs()
@@ -136,13 +151,24 @@ def write_bible_pairs(output: str) -> int:
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Writes English-Spanish Bible verse pairs "
-                                     "(KJV, Reina-Valera 1909) as tab-separated lines.")
-    parser.add_argument("--output", required=True)
+                                     "(KJV, Reina-Valera 1909) as tab-separated lines, and "
+                                     "with --texts each Bible as a monolingual corpus.")
+    parser.add_argument("--output", required=True, help="the verse pairs' file")
+    parser.add_argument("--texts", help="a directory for en.txt and es.txt (a book a document)")
     args = parser.parse_args(argv)
-    if os.path.exists(args.output):
-        raise UserError(f"{args.output} exists; nothing was changed")
+    written = [args.output] + ([os.path.join(args.texts, f"{c}.txt") for c in ("en", "es")]
+                               if args.texts else [])
+    existing = [path for path in written if os.path.exists(path)]
+    if existing:
+        raise UserError(f"{', '.join(existing)} exist(s); nothing was changed")
+    for path in written:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     count = write_bible_pairs(args.output)
     print(f"{count} verse pairs (en, es) in {args.output}", file=sys.stderr)
+    if args.texts:
+        words = write_bible_texts(args.texts)
+        print(f"en.txt ({words['en']} words) and es.txt ({words['es']} words) in {args.texts}",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
