@@ -105,14 +105,18 @@ class ParallelPairs:
                 self.b_ids[self.b_bounds[index]:self.b_bounds[index + 1]])
 
     def split(self, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-        """(train, held-out) pair indices: every k-th pair held out, as documents are."""
-        n = len(self)
-        n_eval = 0 if eval_fraction == 0 else min(n - 1, max(1, round(n * eval_fraction)))
-        held = np.unique(np.linspace(0, n - 1, n_eval).round().astype(np.int64)) if n_eval \
-            else np.zeros(0, np.int64)
-        is_eval = np.zeros(n, bool)
-        is_eval[held] = True
-        return np.flatnonzero(~is_eval), np.flatnonzero(is_eval)
+        """(train, held-out) pair indices: `split_indices`."""
+        return split_indices(len(self), eval_fraction)
+
+
+def split_indices(n: int, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out) indices of n pairs: every k-th pair held out, as documents are."""
+    n_eval = 0 if eval_fraction == 0 else min(n - 1, max(1, round(n * eval_fraction)))
+    held = np.unique(np.linspace(0, n - 1, n_eval).round().astype(np.int64)) if n_eval \
+        else np.zeros(0, np.int64)
+    is_eval = np.zeros(n, bool)
+    is_eval[held] = True
+    return np.flatnonzero(~is_eval), np.flatnonzero(is_eval)
 
 
 def bible_verse_pairs() -> list[tuple[str, str]]:
