@@ -84,6 +84,16 @@ def test_language_draws_match_the_probabilities_within_binomial_bounds():
     assert np.all(np.abs(drawn - n * p) < bound), (drawn, n * p)
 
 
+def test_the_vocabulary_sample_is_drawn_with_the_same_smoothing(languages):
+    sample = multilingual_corpus.vocabulary_sample(languages, "sentences", 0.3, 10_000)
+    read = [sum(1 for line in open(paths[0]) if line.strip()) for paths in languages.values()]
+    p = smoothed_probabilities(np.array(read), 0.3)
+    by_language = [sum(1 for s in sample if set(s) - set(" .") <= set(letters))
+                   for letters, _ in LANGUAGES.values()]
+    assert by_language == [round(share * sum(read)) for share in p]
+    assert by_language[0] > read[0]  # the smallest language is raised, by repeating it
+
+
 def test_every_document_keeps_its_language(prepared):
     corpus = MultilingualCorpus.open(prepared)
     assert corpus.languages == list(LANGUAGES)

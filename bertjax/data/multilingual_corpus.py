@@ -69,17 +69,20 @@ def check_inputs(languages: dict[str, list[str]]) -> None:
 def vocabulary_sample(languages: dict[str, list[str]], input_format: str, alpha: float,
                       max_sentences: int) -> list[str]:
     """Sentences to train one vocabulary on, drawn with the same smoothing as the batches: up to
-    `max_sentences` are read from each language, and language l gives p_l * max_sentences of
-    them (p_l from the sentence counts read), repeated in order when it has fewer."""
+    `max_sentences` are read from each language, and language l gives p_l * N of them (p_l from
+    the sentence counts read; N the sentences read, at most `max_sentences`), repeated in order
+    when it has fewer."""
     read = {}
     for code, inputs in languages.items():
         documents = iter_documents(resolve_inputs(inputs), input_format)
         read[code] = list(itertools.islice(
             (s for document in documents for s in document if s.strip()), max_sentences))
-    probabilities = smoothed_probabilities(np.array([len(v) for v in read.values()]), alpha)
+    counts = np.array([len(v) for v in read.values()])
+    probabilities = smoothed_probabilities(counts, alpha)
+    size = min(max_sentences, int(counts.sum()))
     sample = []
     for (code, sentences), p in zip(read.items(), probabilities):
-        wanted = max(1, round(p * max_sentences))
+        wanted = max(1, round(p * size))
         sample += [sentences[i % len(sentences)] for i in range(wanted)]
     return sample
 
