@@ -11,6 +11,8 @@ import os
 import numpy as np
 import pytest
 
+import bertjax
+
 from bertjax.core.errors import UserError
 from bertjax.data import multilingual_corpus
 from bertjax.data.language_sampling import LanguageSampler, smoothed_probabilities
@@ -174,6 +176,8 @@ def test_a_tiny_multilingual_run_reports_mlm_accuracy_per_language(languages, tm
     for code in LANGUAGES:
         assert 0.0 <= evaluated[f"eval_mlm_accuracy_{code}"] <= 1.0, evaluated
     assert "eval_mlm_accuracy" in evaluated
+    model = bertjax.load(workdir)  # the run keeps the shared vocabulary
+    assert model.embed(["abc def .", "ghi jkl ."]).shape == (2, 128)
 
 
 @pytest.mark.parametrize("overrides, message", [

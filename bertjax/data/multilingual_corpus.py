@@ -2,6 +2,7 @@
 language of every document.
 
     DIR/languages.json     written last, atomically: the languages in order and each one's size
+    DIR/tokenizer/         the shared vocabulary (what a run records as its tokenizer)
     DIR/lang-<code>/       a prepared corpus (corpus.py's format) of that language's documents
 
 Opened, the languages' shards are one `MultilingualCorpus` (a PreparedCorpus): the documents of
@@ -16,6 +17,8 @@ import itertools
 import json
 import os
 import re
+import shutil
+import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +30,7 @@ from bertjax.data.language_sampling import smoothed_probabilities
 from bertjax.data.sources import iter_documents
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.core.errors import UserError
+from bertjax.core.file_modes import publish
 
 LANGUAGES_FILE = "languages.json"
 FORMAT = "bertjax-multilingual-corpus"
@@ -98,9 +102,24 @@ def prepare(languages: dict[str, list[str]], input_format: str, output_dir: str,
                                               tokenizer, workers=workers, progress=progress)
         entries.append({"code": code, "inputs": inputs, "documents": manifest["documents"],
                         "sentences": manifest["sentences"], "tokens": manifest["tokens"]})
+    _save_tokenizer(tokenizer, output_dir)
     record = {"format": FORMAT, "languages": entries}
     write_json(os.path.join(output_dir, LANGUAGES_FILE), record)
     return record
+
+
+def _save_tokenizer(tokenizer: Tokenizer, output_dir: str) -> None:
+    final = os.path.join(output_dir, corpus.TOKENIZER_DIR)
+    if os.path.isdir(final):
+        return
+    tmp = tempfile.mkdtemp(prefix=f".{corpus.TOKENIZER_DIR}.tmp-", dir=output_dir)
+    try:
+        tokenizer.save(tmp)
+        publish(tmp)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def read_languages(directory: str) -> dict:
