@@ -11,13 +11,10 @@ from bertjax.data.inputs import NAMED_INPUTS
 from bertjax.data.sources import FORMATS as INPUT_FORMATS
 from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
-from bertjax.data.language_sampling import check_alpha
-from bertjax.data.multilingual_corpus import parse_languages
-from bertjax.data.parallel_text import parse_parallel
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
 from bertjax.core.errors import UserError, check_choice, check_int
 from bertjax.model.config import ENCODER_DEFAULTS
-from bertjax.settings import electra
+from bertjax.settings import electra, multilingual
 from bertjax.settings.config_keys import Section, fields_of, strict
 from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
 from bertjax.train.memory_fit import MODES as FIT_MODES
@@ -85,45 +82,11 @@ class CorpusSettings:
             raise UserError(f"data.short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
         check_int("data.workers", self.workers, 0, "(0: batches built in the training process)")
         check_int("data.prefetch", self.prefetch, 1)
-        check_alpha(self.language_alpha)
-        if self.languages.strip():
-            parse_languages(self.languages)
-            if self.input.strip():
-                raise UserError("set data.input or data.languages, not both (data.languages "
-                                "names each language's inputs)")
-        self._check_tlm()
-
-    def _check_tlm(self) -> None:
-        """What can be checked of TLM in the config itself; the parallel text and the languages
-        a config leaves for the command line are asked for by `parallel_spec`, as data.input is
-        by `inputs`."""
-        if not 0.0 <= self.tlm_fraction < 1.0:
-            raise UserError(f"data.tlm_fraction must be in [0, 1), got {self.tlm_fraction}")
-        if not self.tlm_fraction:
-            if self.parallel.strip():
-                raise UserError("data.parallel is read only for translation language modelling: "
-                                "set data.tlm_fraction > 0 too")
-            return
-        if not self.separate_documents:
-            raise UserError("translation language modelling needs data.separate_documents=true "
-                            "(rows carry positions, which restart at a pair's second sentence)")
-        if self.parallel.strip() and self.languages.strip():
-            self.parallel_spec()
+        multilingual.check_corpus(self)
 
     def parallel_spec(self) -> tuple[str, str, str]:
         """(language A, language B, path) of the parallel text TLM reads."""
-        if not self.parallel.strip():
-            raise UserError("translation language modelling (data.tlm_fraction > 0) needs "
-                            "parallel text: set data.parallel=A-B=PATH (tab-separated pairs)")
-        if not self.languages.strip():
-            raise UserError("translation language modelling needs data.languages (the "
-                            "monolingual text of each language)")
-        a, b, path = parse_parallel(self.parallel)
-        missing = [c for c in (a, b) if c not in parse_languages(self.languages)]
-        if missing:
-            raise UserError(f"data.parallel is in {', '.join(missing)}, not one of "
-                            "data.languages")
-        return a, b, path
+        return multilingual.parallel_spec(self)
 
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
@@ -271,7 +234,7 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     if config.data.tokenizer_type not in TOKENIZER_KINDS:
         raise UserError(f"unknown data.tokenizer_type {config.data.tokenizer_type!r}; choose one "
                         f"of {', '.join(TOKENIZER_KINDS)}")
-    _check_language_ids(config, model)
+    multilingual.check_language_ids(config, model)
     optimizer = OptimizerConfig(total_steps=train.steps, **fields_of(
         OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",)))
     return PretrainSettings(
@@ -282,18 +245,6 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
                             vocab_size_given="data.vocab_size" in overridden),
         masking=MaskingConfig(**fields_of(MaskingConfig, config.masking, "masking")),
         schedule=schedule, optimizer=optimizer, train=train, task=task)
-
-
-def _check_language_ids(config: Section, model: ModelSpec) -> None:
-    """With translation language modelling the segment table is the language embedding."""
-    if not config.data.tlm_fraction or not config.data.languages.strip() \
-            or model.from_checkpoint:
-        return
-    languages = len(parse_languages(config.data.languages))
-    if model.type_vocab_size < languages:
-        raise UserError(f"translation language modelling embeds each token's language in the "
-                        f"segment table: model.type_vocab_size must be at least the "
-                        f"{languages} languages, got {model.type_vocab_size}")
 
 
 def _objective(config: Section) -> PretrainingObjective:
