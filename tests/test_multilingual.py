@@ -204,6 +204,15 @@ def test_bad_multilingual_configs_are_refused_before_the_workdir(languages, tmp_
     assert not workdir.exists()
 
 
+def test_a_prepared_corpus_of_other_languages_is_refused(languages, prepared, tmp_path):
+    spec = f"aa={languages['aa'][0]},bb={languages['bb'][0]}"  # the corpus holds cc too
+    result = cli_in_process.run("main", f"--config={REPO}/configs/tiny.py",
+                                f"--workdir={tmp_path / 'run'}", f"--config.data.prepared={prepared}",
+                                f"--config.data.languages={spec}")
+    assert result.returncode == 2 and "other languages or inputs" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "run").exists()
+
+
 def test_a_multilingual_record_that_is_not_one_is_refused(tmp_path):
     (tmp_path / multilingual_corpus.LANGUAGES_FILE).write_text("{}")
     with pytest.raises(UserError, match="is not a"):

@@ -27,9 +27,17 @@ def check_inputs(s: PretrainSettings, workdir: str) -> None:
     """Every language's inputs exist, unless the corpus is prepared already."""
     if s.data.tlm_fraction:
         s.data.parallel_spec()  # TLM without parallel text or languages: refused first
-    if multilingual_corpus.is_prepared(s.data.prepared_dir(workdir)):
+    directory = s.data.prepared_dir(workdir)
+    languages = multilingual_corpus.parse_languages(s.data.languages)
+    if multilingual_corpus.is_prepared(directory):
+        prepared = {e["code"]: e["inputs"] for e in
+                    multilingual_corpus.read_languages(directory)["languages"]}
+        if prepared != languages:
+            raise UserError(f"{directory} holds a multilingual corpus of other languages or "
+                            f"inputs ({', '.join(prepared)}) than data.languages; nothing was "
+                            "changed: prepare into another data.prepared")
         return
-    multilingual_corpus.check_inputs(multilingual_corpus.parse_languages(s.data.languages))
+    multilingual_corpus.check_inputs(languages)
     if s.data.tlm_fraction:
         parallel_text.read_pairs(s.data.parallel_spec()[2])
     if s.data.tokenizer and not os.path.exists(s.data.tokenizer):
