@@ -140,6 +140,17 @@ def test_batches_are_a_function_of_seed_and_step_and_resume_bit_exact(prepared):
     assert state["languages"] == list(LANGUAGES) and state["language_alpha"] == 0.3
 
 
+def test_worker_processes_build_the_same_batches(prepared):
+    """Batches built in spawned workers (the corpus reopened there) equal those built here."""
+    data = pretraining_data(prepared)
+    with data.train_iterator(3) as here:
+        expected = next(here)
+    data.workers = 1
+    with data.train_iterator(3) as in_worker:
+        for key, value in next(in_worker).items():
+            np.testing.assert_array_equal(value, expected[key])
+
+
 def test_held_out_batches_come_per_language(prepared):
     data = pretraining_data(prepared)
     corpus, letters = data.corpus, {c: set(v[0]) for c, v in LANGUAGES.items()}

@@ -143,6 +143,11 @@ def test_tlm_batches_are_a_function_of_seed_and_step(prepared):
         for key, value in next(again).items():
             np.testing.assert_array_equal(value, batches[2][key])
     assert state["tlm_fraction"] == 0.5 and state["parallel_pairs"] == 300
+    in_worker = tlm_data(prepared)
+    in_worker.workers = 1  # the builder pickled into a spawned process
+    with in_worker.train_iterator(2) as again:
+        for key, value in next(again).items():
+            np.testing.assert_array_equal(value, batches[2][key])
 
 
 def original_ids(batch, row):
