@@ -68,8 +68,10 @@ _SPACE_BEFORE_PUNCTUATION = re.compile(r"\s+([,.;:!?])")
 _USFM_MARKER = re.compile(r"\\[a-z]+[0-9]*\*?\s?")  # "\nd LORD": a style the converter left in
 
 
-def _sword_stream(folder: str) -> str:
-    """The module's markup, every verse entry in canonical order (Old, then New Testament)."""
+def sword_entries(folder: str) -> list[str]:
+    """The module's markup of every entry slot of its versification, in canonical order (Old,
+    then New Testament); an empty slot is "". Modules of one versification share slots, so slot i
+    of two translations is the same verse."""
     entries = []
     for testament in ("ot", "nt"):
         prefix = os.path.join(folder, testament)
@@ -87,9 +89,18 @@ def _sword_stream(folder: str) -> str:
             blocks.append(zlib.decompress(compressed[offset:offset + size]))
         for at in range(0, len(verse_index), 10):  # block, offset in block, size
             block, offset, size = struct.unpack_from("<IIH", verse_index, at)
-            if size:
-                entries.append(blocks[block][offset:offset + size].decode("utf-8"))
-    return " ".join(entries)
+            entries.append(blocks[block][offset:offset + size].decode("utf-8") if size else "")
+    return entries
+
+
+def _sword_stream(folder: str) -> str:
+    """The module's markup, every verse entry in canonical order (Old, then New Testament)."""
+    return " ".join(entry for entry in sword_entries(folder) if entry)
+
+
+def osis_text(markup: str) -> str:
+    """The plain text of a piece of OSIS markup (a verse): headings and notes dropped."""
+    return " ".join(_osis_paragraphs(markup))
 
 
 def _osis_paragraphs(markup: str) -> Document:

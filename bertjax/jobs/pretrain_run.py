@@ -133,7 +133,7 @@ class PretrainRun:
         self.eval_steps = {seq_len: make_eval_step(model, self.mesh, start.shardings,
                                                    objective=self.objective)
                            for seq_len, model in self.phase_models.items()}
-        self.eval_cache: dict[int, list] = {}
+        self.eval_cache: dict = {}  # seq_len (or ("languages", seq_len)) -> placed batches
         saved = dict(start.saved)
         self.clock.resume_from(saved.pop(time_budget.SPENT_KEY, 0.0))
         if s.train.time_budget_minutes:
@@ -219,6 +219,24 @@ class PretrainRun:
             if sums:
                 summary = window_summary(jax.device_get(sums), self.objective.summarize)
                 self.writer.write(step, {f"eval_{k}": v for k, v in summary.items()})
+            if hasattr(self.data, "eval_batches_by_language"):  # multilingual: per language too
+                self._evaluate_languages(step, state, phase, eval_step)
+
+    def _evaluate_languages(self, step: int, state, phase, eval_step) -> None:
+        """eval_<metric>_<language> on each language's own held-out batches."""
+        key = ("languages", phase.seq_len)
+        if key not in self.eval_cache:
+            self.eval_cache[key] = {
+                code: [partitioning.global_batch(b, self.mesh) for b in batches]
+                for code, batches in self.data.eval_batches_by_language(
+                    phase, self.s.train.eval_batches).items()}
+        record = {}
+        for code, batches in self.eval_cache[key].items():
+            sums = [eval_step(state.params, b) for b in batches]
+            summary = window_summary(jax.device_get(sums), self.objective.summarize)
+            record.update({f"eval_{k}_{code}": v for k, v in summary.items()})
+        if record:
+            self.writer.write(step, record)
 
     def _checkpoint(self, step: int, state, metrics) -> None:
         """The state with the data iterator's position: a resume continues bit for bit."""

@@ -8,6 +8,7 @@ import os
 from bertjax.core import storage, transfer
 from bertjax.data import corpus, preparation_engine, sources, streamed_corpus, tokenizer_training
 from bertjax.data.inputs import NAMED_INPUTS
+from bertjax.jobs import multilingual_data
 from bertjax.data.pretraining import PretrainingData
 from bertjax.data.tokenizer import Tokenizer, load_tokenizer
 from bertjax.core.errors import UserError, name_copy
@@ -22,6 +23,8 @@ def prepared_corpus(s: PretrainSettings, workdir: str, required: Tokenizer | Non
     must be tokenized with it. `may_prepare=False` (processes other than 0 of a multi-process
     run, which prepares it once for all) refuses a missing corpus instead.
     """
+    if multilingual_data.is_multilingual(s):
+        return multilingual_data.prepared_corpus(s, workdir, required, may_prepare=may_prepare)
     d = s.data
     directory = d.prepared_dir(workdir)
     if storage.is_url(directory):  # a corpus on a bucket (remote_inputs.localized checked it)
@@ -60,6 +63,8 @@ def check_inputs(s: PretrainSettings, workdir: str) -> None:
     """What preparing a missing corpus reads, refused before the workdir is created: no corpus
     named, an input or data.tokenizer that is not there. A prepared corpus needs neither. (The
     demo corpora are fetched into the cache when the corpus is prepared.)"""
+    if multilingual_data.is_multilingual(s):
+        return multilingual_data.check_inputs(s, workdir)
     if storage.is_url(s.data.prepared_dir(workdir)):  # a corpus there already: read in place
         return
     if os.path.exists(os.path.join(s.data.prepared_dir(workdir), corpus.MANIFEST)):
@@ -99,6 +104,9 @@ def check_existing(s: PretrainSettings, workdir: str, required: Tokenizer | None
 def batches(s: PretrainSettings, prepared: corpus.PreparedCorpus, *, process_index: int = 0,
             process_count: int = 1) -> PretrainingData:
     """The batch iterator; each process builds its `process_index` row block of every batch."""
+    if multilingual_data.is_multilingual(s):
+        return multilingual_data.batches(s, prepared, process_index=process_index,
+                                         process_count=process_count)
     return PretrainingData(
         prepared, mode=s.objective.mode, masking=s.masking, schedule=s.schedule,
         global_batch_size=s.train.batch_size, seed=s.train.seed,

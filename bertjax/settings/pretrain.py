@@ -15,7 +15,7 @@ from bertjax.data import read_ahead
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
 from bertjax.core.errors import UserError, check_choice, check_int
 from bertjax.model.config import ENCODER_DEFAULTS
-from bertjax.settings import electra
+from bertjax.settings import electra, multilingual
 from bertjax.settings.config_keys import Section, fields_of, strict
 from bertjax.settings.shared import MeshSettings, ModelSpec, mesh_settings, model_spec
 from bertjax.train.memory_fit import MODES as FIT_MODES
@@ -63,6 +63,15 @@ class CorpusSettings:
     # into the objective's example mode ("documents").
     separate_documents: bool = False
     eval_fraction: float = 0.01  # documents held out for evaluation
+    # Multilingual pretraining, in place of data.input: "en=PATH_OR_GLOB,es=PATH" (a language
+    # code per input), one vocabulary over all; see docs/data.md "Multilingual".
+    languages: str = ""
+    # Language sampling p_l ~ (share of the language's tokens)^alpha (mBERT 0.7, XLM-R 0.3).
+    language_alpha: float = 0.7
+    # XLM's translation language modelling: "en-es=PATH", a file of tab-separated translation
+    # pairs (side A in the first language); read with data.tlm_fraction > 0.
+    parallel: str = ""
+    tlm_fraction: float = 0.0  # the share of rows that are translation pairs (the rest MLM)
     workers: int = 2  # background batch builders
     prefetch: int = 4  # batches built ahead of the step
     # A prepared corpus on a bucket is read in place (docs/cloud-storage.md): the token ranges of
@@ -82,6 +91,11 @@ class CorpusSettings:
         check_int("data.prefetch", self.prefetch, 1)
         check_int("data.read_ahead_steps", self.read_ahead_steps, 1)
         check_int("data.cache_mb", self.cache_mb, 1)
+        multilingual.check_corpus(self)
+
+    def parallel_spec(self) -> tuple[str, str, str]:
+        """(language A, language B, path) of the parallel text TLM reads."""
+        return multilingual.parallel_spec(self)
 
     def inputs(self) -> tuple[list[str], str]:
         """The raw corpus inputs and their format; the demo corpus is fetched on first use."""
@@ -233,6 +247,7 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
                                       skip=("vocab_size_given",)),
                           vocab_size_given="data.vocab_size" in overridden)
     _check_read_cache(data, train, longest)
+    multilingual.check_language_ids(config, model)
     optimizer = OptimizerConfig(total_steps=train.steps, **fields_of(
         OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",)))
     return PretrainSettings(

@@ -22,7 +22,8 @@ from bertjax.jobs import run_directory
 pytestmark = pytest.mark.slow
 
 PRETRAINING = ("base", "tiny", "demo", "budget", "large", "modernbert", "modernbert_large",
-               "electra", "electra_small", "roberta", "spanbert", "no_attention_dropout")
+               "electra", "electra_small", "roberta", "spanbert", "no_attention_dropout", "mbert",
+               "xlmr")
 HUGE_INT, HUGE_FLOAT = "99999999999", "1e30"
 
 
@@ -74,13 +75,14 @@ ACCEPTED = {
     **_zero("0: evaluate the start only (zero-shot)", "train.epochs"),
     **_zero("0: epochs decide", "train.steps"),
     **_zero("0: train.batch_size", "train.eval_batch_size"),
+    **_zero("0: no translation language modelling", "data.tlm_fraction"),
     **{(key, "-1"): "-1: every device" for key in ("mesh.data", "mesh.devices")},
     **{(key, ""): "empty: the documented default" for key in (
         "init_checkpoint", "data.prepared", "data.tokenizer", "model.attention_implementation",
         "model.matmul_dtype", "train.fill_mask_examples", "train.profile_steps", "data.format",
         "data.labels", "data.positive_label", "data.id_column", "data.text_pair_column",
         "data.negative_column", "train.main_metric", "predict_output", "data.tfds_data_dir",
-        "finetune.verbalizer", "data.predict")},
+        "finetune.verbalizer", "data.predict", "data.languages", "data.parallel")},
     **{("data.prepared", value): "where the corpus is prepared (created when missing)"
        for value in ("bogus", "/nonexistent/dir/x")},
     **{(key, HUGE_FLOAT): "finite: a large value is a choice, not a fault" for key in (
