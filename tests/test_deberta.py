@@ -47,7 +47,8 @@ SIZES = dict(hidden_size=48, num_attention_heads=3, intermediate_size=80, num_hi
              norm_rel_ebd="layer_norm", position_biased_input=False, layer_norm_eps=1e-7,
              pad_token_id=0, attn_implementation="eager")
 VARIANTS = {"v3": dict(type_vocab_size=0, legacy=False),  # lm_predictions, no segments
-            "legacy": dict(type_vocab_size=2, legacy=True)}  # cls.predictions, segments
+            # cls.predictions, segments, and the tanh GELU (model.activation=gelu_tanh)
+            "legacy": dict(type_vocab_size=2, legacy=True, hidden_act="gelu_new")}
 
 
 def unigram_tokenizer(sentences) -> Tokenizer:
@@ -291,7 +292,7 @@ def test_settings_deberta_cannot_use_are_refused_before_the_workdir(tmp_path, sm
     (dict(pos_att_type="c2p"), "pos_att_type"),
     (dict(norm_rel_ebd="none"), "norm_rel_ebd"),
     (dict(conv_kernel_size=3), "conv_kernel_size"),
-    (dict(hidden_act="gelu_new"), "hidden_act"),
+    (dict(hidden_act="relu"), "hidden_act"),
 ])
 def test_deberta_checkpoints_bertjax_cannot_compute_are_refused(tmp_path, capsys, change,
                                                                 phrase):
