@@ -180,6 +180,10 @@ class EncoderConfig:
             raise UserError(f"model.embedding_size {self.embedding_size} must be in [0, "
                             f"model.hidden_size {self.hidden_size}]: factorised embeddings are "
                             "narrower than the hidden layers (0: none)")
+        if self.position_buckets < 0 or self.max_relative_positions < 0:
+            raise UserError(f"model.position_buckets and model.max_relative_positions must be "
+                            f">= 0, got {self.position_buckets} and "
+                            f"{self.max_relative_positions}")
         if self.position_embedding == "relative":
             self._check_relative()
         if self.global_attention_every < 1:
@@ -195,10 +199,6 @@ class EncoderConfig:
 
     def _check_relative(self) -> None:
         """What DeBERTa's disentangled attention cannot be combined with."""
-        if self.position_buckets < 0 or self.max_relative_positions < 0:
-            raise UserError(f"model.position_buckets and model.max_relative_positions must be "
-                            f">= 0, got {self.position_buckets} and "
-                            f"{self.max_relative_positions}")
         # The log buckets divide by log((span - 1) / (buckets // 2)): it must be positive.
         if self.position_buckets and self.relative_span <= self.position_buckets // 2 + 1:
             raise UserError(f"model.max_relative_positions {self.relative_span} must exceed "

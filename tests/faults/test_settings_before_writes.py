@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 PRETRAINING = ("base", "tiny", "demo", "budget", "large", "modernbert", "modernbert_large",
                "electra", "electra_small", "roberta", "spanbert", "no_attention_dropout", "mbert",
-               "xlmr")
+               "xlmr", "albert", "deberta")
 HUGE_INT, HUGE_FLOAT = "99999999999", "1e30"
 
 
@@ -76,6 +76,9 @@ ACCEPTED = {
     **_zero("0: epochs decide", "train.steps"),
     **_zero("0: train.batch_size", "train.eval_batch_size"),
     **_zero("0: no translation language modelling", "data.tlm_fraction"),
+    **_zero("0: no factorised embeddings", "model.embedding_size"),
+    **_zero("0: no log buckets (DeBERTa)", "model.position_buckets"),
+    **_zero("0: max_position_embeddings (DeBERTa)", "model.max_relative_positions"),
     **{(key, "-1"): "-1: every device" for key in ("mesh.data", "mesh.devices")},
     **{(key, ""): "empty: the documented default" for key in (
         "init_checkpoint", "data.prepared", "data.tokenizer", "model.attention_implementation",
