@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 from bertjax.core import atomic_files, debian_archive
-from bertjax.core.errors import UserError, exit_on_user_error
+from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
 from bertjax.data.books_corpus import bible_books, osis_text, sword_entries
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.data.tokenizer import Tokenizer
@@ -154,11 +154,13 @@ def write_bible_pairs(output: str) -> int:
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Writes English-Spanish Bible verse pairs "
+    parser = argparse.ArgumentParser(prog="python -m bertjax.data.parallel_text",
+                                     description="Writes English-Spanish Bible verse pairs "
                                      "(KJV, Reina-Valera 1909) as tab-separated lines, and "
                                      "with --texts each Bible as a monolingual corpus.")
     parser.add_argument("--output", required=True, help="the verse pairs' file")
     parser.add_argument("--texts", help="a directory for en.txt and es.txt (a book a document)")
+    parser.error = lambda message: (report(message), sys.exit(EXIT_BAD_INPUT))
     args = parser.parse_args(argv)
     written = [args.output] + ([os.path.join(args.texts, f"{c}.txt") for c in ("en", "es")]
                                if args.texts else [])
@@ -176,4 +178,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
