@@ -18,6 +18,7 @@ import cli_in_process
 from gcs_emulator import GcsEmulator
 from pretrain_runs import REPO, SHORT, child_env, tiny_args
 
+from bertjax.core import storage
 from bertjax.data import corpus, read_ahead, streamed_corpus
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data.masking_config import MaskingConfig
@@ -240,6 +241,21 @@ def test_a_cache_too_small_for_one_step_is_refused_before_the_workdir(tmp_path):
     done = cli_in_process.run("main", *tiny_args(str(workdir), "gs://any/corpus", **{
         "train.batch_size": 4096, "data.cache_mb": 1})[1:])
     assert done.returncode == 2 and not workdir.exists()
+    assert done.stderr.splitlines() == [
+        "bertjax: error: data.cache_mb 1 cannot hold one step's reads from a streamed corpus "
+        "(up to 2 MiB for 4096 rows of 64 tokens); raise it"]
+
+
+def test_a_workdir_on_a_bucket_checks_the_cache_of_the_corpus_it_would_stream(
+        gcs, gcs_bucket, small_corpus_dir):
+    """No data.prepared: the corpus is prepared into the workdir, and streamed from there once
+    the workdir is on a bucket; a local corpus is memory-mapped, whatever the cache."""
+    text = os.path.join(os.path.dirname(small_corpus_dir), "wiki40.txt")
+    big = {"data.prepared": "", "data.input": text, "train.batch_size": 4096,
+           "data.cache_mb": 1}
+    workdir = f"gs://{gcs_bucket}/run"
+    done = cli_in_process.run("main", *tiny_args(workdir, "", **big)[1:])
+    assert done.returncode == 2 and not storage.exists(workdir)
     assert done.stderr.splitlines() == [
         "bertjax: error: data.cache_mb 1 cannot hold one step's reads from a streamed corpus "
         "(up to 2 MiB for 4096 rows of 64 tokens); raise it"]

@@ -22,6 +22,7 @@ from bertjax.jobs import common, pretraining_data, pretraining_model, remote_inp
 from bertjax.jobs.pretrain_run import PretrainRun
 from bertjax.jobs.run_directory import RunDirectory
 from bertjax.parallel import distributed, partitioning, peer_loss
+from bertjax.settings import pretrain as pretrain_settings
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.settings.shared import layout_of
 
@@ -51,6 +52,9 @@ def _run(given: PretrainSettings, inputs: remote_inputs.LocalInputs, workdir: st
     required = _required_tokenizer(s, source)
     _check_model(s, source, required)
     pretraining_data.check_existing(s, run_dir.path, required)
+    pretrain_settings.check_read_cache(s.data, s.train.batch_size,
+                                       max(phase.seq_len for phase in s.schedule.phases),
+                                       workdir=run_dir.location)
     # The process that prepares a missing corpus checks what it would read; the others wait
     # for its verdict (a refusal on process 0 alone would leave them waiting for it).
     distributed.run_on_process_zero(lambda: pretraining_data.check_inputs(s, run_dir.path),

@@ -13,6 +13,7 @@ from bertjax.data.masking_config import MaskingConfig
 from bertjax.data.length_schedule import LengthSchedule
 from bertjax.data import read_ahead
 from bertjax.data.tokenizer_training import TOKENIZER_KINDS
+from bertjax.core import storage_urls
 from bertjax.core.errors import UserError, check_choice, check_int
 from bertjax.model.config import ENCODER_DEFAULTS
 from bertjax.settings import electra, multilingual
@@ -246,7 +247,7 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     data = CorpusSettings(**fields_of(CorpusSettings, config.data, "data",
                                       skip=("vocab_size_given",)),
                           vocab_size_given="data.vocab_size" in overridden)
-    _check_read_cache(data, train, longest)
+    check_read_cache(data, train.batch_size, longest)
     multilingual.check_language_ids(config, model)
     optimizer = OptimizerConfig(total_steps=train.steps, **fields_of(
         OptimizerConfig, config.optimizer, "optimizer", skip=("total_steps",)))
@@ -276,12 +277,17 @@ def _objective(config: Section) -> PretrainingObjective:
     return PretrainingObjective(name, nsp, sbo, mode, generator if name == "electra" else None)
 
 
-def _check_read_cache(data: CorpusSettings, train: PretrainLoop, longest: int) -> None:
-    """A streamed corpus fetches whole steps ahead: the cache must hold one step's reads."""
-    needed = read_ahead.step_bytes_bound(train.batch_size, longest)
+def check_read_cache(data: CorpusSettings, batch_size: int, longest: int,
+                     workdir: str = "") -> None:
+    """A corpus on a bucket is streamed, whole steps fetched ahead: the cache must hold one
+    step's reads. Called with the config alone (data.prepared) and again with the workdir, where
+    a corpus prepared into it lives. A local corpus is memory-mapped and needs no cache."""
+    if not storage_urls.is_url(data.prepared_dir(workdir)):
+        return
+    needed = read_ahead.step_bytes_bound(batch_size, longest)
     if data.cache_mb << 20 < needed:
         raise UserError(f"data.cache_mb {data.cache_mb} cannot hold one step's reads from a "
-                        f"streamed corpus (up to {-(-needed >> 20)} MiB for {train.batch_size} "
+                        f"streamed corpus (up to {-(-needed >> 20)} MiB for {batch_size} "
                         f"rows of {longest} tokens); raise it")
 
 
