@@ -402,12 +402,7 @@ def _inject_faults() -> None:
             answer = state["changes"]
         else:
             answer = {"requests": state["count"]}
-        body = json.dumps(answer).encode()
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
+        _answer_json(handler, answer)
 
     def fault(handler) -> None:
         with open(state["record"] + ".tmp", "w") as f:
@@ -434,6 +429,16 @@ def _inject_faults() -> None:
         setattr(srv.RequestHandler, name, counted(getattr(srv.RequestHandler, name)))
 
 
+def _answer_json(handler, answer) -> None:
+    """A 200 response with `answer` as its JSON body (the test-only endpoints' answers)."""
+    body = json.dumps(answer).encode()
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 def _count_body_bytes() -> None:
     """Counts the bytes of the response bodies the server writes; GET BODY_BYTES answers
     {"bytes": total} (its own answer not counted)."""
@@ -453,12 +458,7 @@ def _count_body_bytes() -> None:
     def do_get(handler):
         if handler.path != BODY_BYTES:
             return plain_get(handler)
-        body = json.dumps(sent).encode()
-        handler.send_response(200)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(body)))
-        handler.end_headers()
-        handler.wfile.write(body)
+        _answer_json(handler, sent)
 
     srv.RequestHandler.do_GET = do_get
 

@@ -14,7 +14,6 @@ import jax
 import numpy as np
 import pytest
 import sentencepiece as spm
-import torch
 from transformers import (AlbertConfig, AlbertForPreTraining, AlbertModel, AlbertTokenizer,
                           AutoTokenizer)
 
@@ -30,6 +29,7 @@ from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 from albert_reference import TOL, hf_outputs, our_outputs, padded_batch
 from cli_checks import assert_one_line_error, run_cli
+from hf_reference import randomize
 from pretrain_runs import REPO, run_child
 from saved_runs import random_params, save_workdir
 
@@ -61,16 +61,6 @@ def save_hf(directory, model, spiece_bytes: bytes) -> str:
     with open(os.path.join(directory, "spiece.model"), "wb") as f:
         f.write(spiece_bytes)
     return str(directory)
-
-
-def randomize(model: torch.nn.Module, seed: int) -> None:
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("LayerNorm.weight"):
-                param.uniform_(0.5, 1.5)
-            else:
-                param.normal_(0.0, 0.1)
 
 
 @pytest.mark.parametrize("groups", [1, 3], ids=["shared", "unshared"])

@@ -30,6 +30,7 @@ from bertjax.model.encoder import Encoder
 from bertjax.model.heads import BertForPretraining
 import cli_in_process
 from cli_checks import assert_one_line_error, run_cli
+from hf_reference import randomize
 from pretrain_runs import run_child, tiny_args
 import test_sharded_steps as sharded
 from test_pretrain import logged
@@ -60,16 +61,6 @@ def unigram_tokenizer(sentences) -> Tokenizer:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
         special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
     return tok
-
-
-def randomize(model: torch.nn.Module, seed: int) -> None:
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("LayerNorm.weight"):
-                param.uniform_(0.5, 1.5)
-            else:
-                param.normal_(0.0, 0.1)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from bertjax.parallel import peer_loss
 from cli_in_process import run as run_in_process
 from gcs_emulator import emulator_env
 from pretrain_runs import CHILD_XLA_FLAGS, REPO, SHORT, tiny_args
+from test_gcs_runs import bucket_corpus  # noqa: F401 (the corpus prepared into a bucket)
 from test_multihost import base_env, free_port
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.gcs]
@@ -112,20 +113,6 @@ def object_names(gcs, bucket, host):
     """The objects of `bucket` that requests naming the server `host` wrote or deleted."""
     return {name.split("/", 1)[1] for sender, _, name in gcs.changes()
             if sender.split(":")[0] == host and name.startswith(f"{bucket}/")}
-
-
-@pytest.fixture(scope="module")
-def bucket_corpus(gcs, small_corpus_dir):
-    """The small corpus prepared into a bucket by `bertjax.data.prepare`."""
-    bucket = gcs.new_bucket("corpus")
-    text = os.path.join(os.path.dirname(small_corpus_dir), "wiki40.txt")
-    storage.write_bytes(f"gs://{bucket}/text/wiki40.txt", open(text, "rb").read())
-    target = f"gs://{bucket}/prepared"
-    done = run_in_process("data.prepare", "--input", f"gs://{bucket}/text/*.txt",
-                          "--output", target, "--vocab", f"{small_corpus_dir}/tokenizer",
-                          "--workers", "1", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    return target
 
 
 def run_straight(gcs, workdir, corpus, logs):

@@ -17,8 +17,6 @@ import itertools
 import json
 import os
 import re
-import shutil
-import tempfile
 from typing import Sequence
 
 import numpy as np
@@ -30,7 +28,6 @@ from bertjax.data.language_sampling import smoothed_probabilities
 from bertjax.data.sources import iter_documents
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.core.errors import UserError
-from bertjax.core.file_modes import publish
 
 LANGUAGES_FILE = "languages.json"
 FORMAT = "bertjax-multilingual-corpus"
@@ -102,24 +99,10 @@ def prepare(languages: dict[str, list[str]], input_format: str, output_dir: str,
                                               tokenizer, workers=workers, progress=progress)
         entries.append({"code": code, "inputs": inputs, "documents": manifest["documents"],
                         "sentences": manifest["sentences"], "tokens": manifest["tokens"]})
-    _save_tokenizer(tokenizer, output_dir)
+    preparation_engine.save_tokenizer(tokenizer, output_dir)
     record = {"format": FORMAT, "languages": entries}
     write_json(os.path.join(output_dir, LANGUAGES_FILE), record)
     return record
-
-
-def _save_tokenizer(tokenizer: Tokenizer, output_dir: str) -> None:
-    final = os.path.join(output_dir, corpus.TOKENIZER_DIR)
-    if os.path.isdir(final):
-        return
-    tmp = tempfile.mkdtemp(prefix=f".{corpus.TOKENIZER_DIR}.tmp-", dir=output_dir)
-    try:
-        tokenizer.save(tmp)
-        publish(tmp)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def read_languages(directory: str) -> dict:

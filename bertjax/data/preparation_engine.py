@@ -81,7 +81,7 @@ def prepare(inputs: Sequence[str], input_format: str, output_dir: str, tokenizer
         if done is not None:
             return done
         write_json(os.path.join(output_dir, PLAN), plan)
-        _save_tokenizer(tokenizer, output_dir)
+        save_tokenizer(tokenizer, output_dir)
         corpus.remove_partial_shards(output_dir)
         stats = SourceStats()
         start = time.perf_counter()
@@ -143,10 +143,11 @@ def _abandon_if_nothing_written(output_dir: str, created: bool) -> None:
             os.rmdir(output_dir)
 
 
-def _save_tokenizer(tokenizer: Tokenizer, output_dir: str) -> None:
+def save_tokenizer(tokenizer: Tokenizer, output_dir: str) -> None:
+    """output_dir/tokenizer, published whole (a temporary directory renamed), kept if there."""
     final = os.path.join(output_dir, corpus.TOKENIZER_DIR)
     if os.path.isdir(final):
-        return  # same fingerprint, so the same tokenizer
+        return  # same plan (or languages record), so the same tokenizer
     tmp = tempfile.mkdtemp(prefix=f".{corpus.TOKENIZER_DIR}.tmp-", dir=output_dir)
     try:
         tokenizer.save(tmp)
