@@ -8,6 +8,7 @@ from __future__ import annotations
 import flax.linen as nn
 
 from bertjax.data.length_schedule import Phase
+from bertjax.interop.hf_roberta import HEADS_KEY
 from bertjax.model.config import EncoderConfig
 from bertjax.model.flops import train_step_flops
 from bertjax.model.electra import ElectraForPretraining
@@ -56,6 +57,8 @@ def heads_record(s: PretrainSettings, encoder: EncoderConfig) -> dict:
     """run.json's "heads": what export and fine-tuning need to know of the parameters."""
     heads = {"nsp": s.objective.nsp, "sbo": s.objective.sbo,
              "max_span_length": s.masking.max_span_length, "pooler_trained": s.objective.nsp}
+    if encoder.positions_from_padding and s.data.languages.strip():
+        heads[HEADS_KEY] = "xlm-roberta"  # XLM-R: RoBERTa's layout, trained on several languages
     generator = generator_of(s, encoder)
     if generator is not None:
         heads["electra"] = {"generator": generator.record(),
