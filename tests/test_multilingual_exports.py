@@ -16,7 +16,7 @@ from transformers import AutoModelForMaskedLM, BertForMaskedLM, XLMRobertaForMas
 
 from bertjax.inference import loading
 from bertjax.model.heads import BertForPretraining
-from test_tlm import texts  # noqa: F401 (the fixture: two languages and their pairs)
+from test_tlm import write_texts
 from pretrain_runs import REPO, run_child, tiny_args
 from pretrain_runs import run_cli as run_module
 
@@ -40,7 +40,13 @@ CONFIGS = {
 }
 
 
-def config_args(name, workdir, corpus, texts, settings):  # noqa: F811
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory):
+    """Two generated languages and their translation pairs (tests/test_tlm.py's)."""
+    return write_texts(tmp_path_factory.mktemp("languages"))
+
+
+def config_args(name, workdir, corpus, texts, settings):
     overrides = {**RUN, "data.languages": f"aa={texts['aa']},bb={texts['bb']}", **settings}
     if "data.tlm_fraction" in settings:
         overrides["data.parallel"] = f"aa-bb={texts['pairs']}"
@@ -67,7 +73,7 @@ def our_scores(bundle, ids, mask, language):
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_a_multilingual_run_exports_to_its_transformers_class(name, texts, tmp_path):  # noqa: F811
+def test_a_multilingual_run_exports_to_its_transformers_class(name, texts, tmp_path):
     hf_class, settings, language = CONFIGS[name]
     workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")
     result = run_child(config_args(name, workdir, str(tmp_path / "corpus"), texts, settings))

@@ -37,8 +37,11 @@ def lexicons(seed=0):
 
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory):
+    return write_texts(tmp_path_factory.mktemp("tlm"))
+
+
+def write_texts(root) -> dict:
     """Monolingual files per language and a file of 300 aa-bb translation pairs."""
-    root = tmp_path_factory.mktemp("tlm")
     words, rng = lexicons(), np.random.default_rng(1)
     files = {}
     for code in LETTERS:
