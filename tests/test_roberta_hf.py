@@ -18,7 +18,8 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokenizerFast,
                           RobertaConfig, RobertaForMaskedLM,
-                          RobertaModel, XLMRobertaConfig, XLMRobertaForMaskedLM)
+                          RobertaModel, XLMRobertaConfig, XLMRobertaForMaskedLM,
+                          XLMRobertaForSequenceClassification)
 
 import bertjax
 from bertjax.cli import convert, export
@@ -310,3 +311,30 @@ def test_a_roberta_layout_run_exports_as_roberta(tmp_path):
     _, hf_logits = hf_outputs(reloaded.eval(), ids, mask)
     real = mask.astype(bool)  # padding's positions differ by design (pad_token_id's row)
     np.testing.assert_allclose(logits[real], hf_logits[real], atol=1e-4, rtol=1e-4)
+
+
+def test_a_fine_tuned_xlm_roberta_exports_as_its_task_class(hf_dirs, converted, tmp_path):
+    """Fine-tune an imported XLM-R on the packaged movie reviews, export: transformers'
+    XLMRobertaForSequenceClassification loads every weight and scores as bertjax does."""
+    workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")
+    done = run_module("bertjax.main", f"--config={REPO}/configs/finetune_sentiment.py",
+                      f"--workdir={workdir}", f"--config.init_checkpoint={converted['xlm-roberta']}",
+                      "--config.model.preset=from_checkpoint", "--config.data.max_seq_len=32",
+                      "--config.data.max_train_examples=64", "--config.data.max_eval_examples=16",
+                      "--config.train.epochs=1", "--config.train.batch_size=16")
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_module("bertjax.export", "--workdir", workdir, "--format", "hf", "--output", out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    hf, info = XLMRobertaForSequenceClassification.from_pretrained(
+        out, output_loading_info=True, attn_implementation="eager")
+    assert not any(info.values()), info
+    model = loading.load(workdir)
+    ids, mask = padded_batch(5)
+    with torch.no_grad():
+        theirs = hf.eval()(input_ids=torch.tensor(ids, dtype=torch.long),
+                           attention_mask=torch.tensor(mask)).logits.numpy()
+    head = model.params["classifier"]
+    encoded = jax.jit(Encoder(model.encoder).apply)({"params": model.params["encoder"]}, ids,
+                                                    0 * ids, mask)
+    ours = np.asarray(encoded.pooled) @ np.asarray(head["kernel"]) + np.asarray(head["bias"])
+    np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-4)

@@ -134,10 +134,9 @@ def hf_config_dict(model: EncoderConfig, architecture: str) -> dict:
 def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> tuple[dict, dict, list]:
     """(config.json, state dict, notes on what is left out): AlbertForPreTraining with the MLM
     and pair heads, AlbertForMaskedLM with the MLM head alone, else AlbertModel."""
-    if heads.get("head") or model.positions_from_padding:
-        raise UserError("cannot export this ALBERT-style model to Hugging Face: only a "
-                        "pretraining model with BERT's positions has an ALBERT mapping; export "
-                        "it with --format params")
+    if model.positions_from_padding:
+        raise UserError("an ALBERT-style encoder with RoBERTa's positions has no Hugging "
+                        "Face counterpart; export it with --format params")
     params = meta.unbox(params)
     mlm, sop = "mlm" in params, "mlm" in params and "nsp" in params
     architecture = ("AlbertForPreTraining" if sop else "AlbertForMaskedLM" if mlm

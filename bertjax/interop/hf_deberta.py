@@ -191,19 +191,20 @@ def _rename(name: str, table) -> str:
     return name
 
 
-def to_hf(params: Mapping, model: EncoderConfig,
-          heads: Mapping) -> tuple[dict, dict[str, np.ndarray], list[str]]:
-    """(config.json, state dict, notes) of DebertaV2ForMaskedLM, or DebertaV2Model for
-    parameters without the MLM head."""
+def check_exportable(model: EncoderConfig) -> None:
+    """Refuses a relative-position encoder with ModernBERT's layers, which DebertaV2 lacks."""
     modern = [f"model.{name}={getattr(model, name)}" for name, bert in (
         ("mlp", "gelu"), ("use_bias", True), ("norm_bias", True)) if getattr(model, name) != bert]
     if modern:
         raise UserError(f"a DeBERTa encoder with {', '.join(modern)} has no DebertaV2 "
                         "counterpart to export to; export it with --format params")
-    if heads.get("head"):
-        raise UserError(f"cannot export a fine-tuned DeBERTa model to Hugging Face yet: only its "
-                        f"encoder and MLM head have a mapping ({heads['head']} has none); export "
-                        "it with --format params")
+
+
+def to_hf(params: Mapping, model: EncoderConfig,
+          heads: Mapping) -> tuple[dict, dict[str, np.ndarray], list[str]]:
+    """(config.json, state dict, notes) of DebertaV2ForMaskedLM, or DebertaV2Model for
+    parameters without the MLM head."""
+    check_exportable(model)
     params = meta.unbox(params)
     mlm = "mlm" in params
     dropped = [words for part, words in (("nsp", "the NSP head"),

@@ -6,10 +6,8 @@ Export follows the checkpoint's `heads` record:
                                              cls.seq_relationship)
     pretraining {"nsp": false, ...}       -> BertForMaskedLM (the pooler is kept for BertModel)
     parameters without heads              -> BertModel
-    {"head": "sequence_classification"}   -> BertForSequenceClassification (on the pooled output)
-    {"head": "regression"}                -> BertForSequenceClassification, problem_type regression
-    {"head": "token_classification"}      -> BertForTokenClassification (a CRF is left out)
-    {"head": "question_answering"}        -> BertForQuestionAnswering (start 0, end 1)
+    {"head": ...} (a fine-tuned model)    -> its family's task class (hf_finetuned): Bert*,
+                                             Albert*, Roberta*, XLMRoberta*, DebertaV2*
 Import takes any BERT encoder checkpoint into our `BertForPretraining` tree (encoder, mlm, nsp);
 whatever the checkpoint lacks (the pretraining heads of a bare BertModel, the pooler of a
 BertForMaskedLM) is initialized fresh and named. Weight names and layouts are `hf_layout`'s.
@@ -40,8 +38,8 @@ from flax import traverse_util
 
 from bertjax.data.schema import zeros_batch
 from bertjax.core.errors import UserError
-from bertjax.interop import (hf_albert, hf_bert_config, hf_deberta, hf_layout, hf_modernbert,
-                               hf_roberta)
+from bertjax.interop import (hf_albert, hf_bert_config, hf_deberta, hf_finetuned, hf_layout,
+                               hf_modernbert, hf_roberta)
 from bertjax.model.config import EncoderConfig
 from bertjax.model.heads import BertForPretraining
 
@@ -51,13 +49,6 @@ BERT_ARCHITECTURES = (
     "BertModel", "BertForPreTraining", "BertForMaskedLM", "BertForNextSentencePrediction",
     "BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering",
     "BertForMultipleChoice")
-# fine-tuning head -> (Hugging Face class, our output layer, whether it reads the pooled output)
-FINETUNE_CLASSES = {
-    "sequence_classification": ("BertForSequenceClassification", "classifier", True),
-    "regression": ("BertForSequenceClassification", "classifier", True),
-    "token_classification": ("BertForTokenClassification", "classifier", False),
-    "question_answering": ("BertForQuestionAnswering", "qa_outputs", False),
-}
 # Hugging Face name prefixes of parts that may be absent, in words for the report.
 _PARTS = {"bert.pooler.": "the pooler (bert.pooler)",
           "cls.predictions.": "the MLM head (cls.predictions)",
@@ -74,7 +65,10 @@ class HFModel:
 
 def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
     """A bertjax checkpoint's parameters as the Hugging Face model its heads call for."""
-    if model.position_embedding == "relative":  # DeBERTa: hf_deberta's names and config
+    relative = model.position_embedding == "relative"  # DeBERTa: hf_deberta's names and config
+    if heads.get("head") and (relative or not hf_modernbert.is_modern(model)):
+        return HFModel(*hf_finetuned.to_hf(params, model, heads))
+    if relative:
         return HFModel(*hf_deberta.to_hf(params, model, heads))
     if hf_modernbert.is_modern(model):
         return _modernbert_to_hf(params, model, heads)
@@ -82,8 +76,6 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
         return _albert_to_hf(params, model, heads)
     if model.positions_from_padding:
         return _roberta_to_hf(params, model, heads)
-    if heads.get("head"):
-        return _finetuned_to_hf(params, model, heads)
     return _pretraining_to_hf(params, model, heads)
 
 
@@ -132,10 +124,6 @@ def _albert_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFMo
 
 def _roberta_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
     model_type = heads.get(hf_roberta.HEADS_KEY, "roberta")
-    if heads.get("head"):
-        raise UserError(f"cannot export a fine-tuned {model_type} model to Hugging Face yet: "
-                        "only its encoder and MLM head have a mapping; export it with "
-                        "--format params")
     params = nn.meta.unbox(params)
     mlm = "mlm" in params
     dropped = [words for part, words in (("nsp", "the NSP head"),
@@ -148,59 +136,6 @@ def _roberta_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFM
     state = hf_roberta.from_bert_names(state, with_pooler=not mlm)
     architecture = hf_roberta.ARCHITECTURES[model_type][1 if mlm else 0]
     return HFModel(hf_roberta.hf_config_dict(model, model_type, architecture), state, notes)
-
-
-def _finetuned_to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> HFModel:
-    head = heads["head"]
-    if head not in FINETUNE_CLASSES:
-        raise UserError(f"cannot export the fine-tuning head {head!r} to Hugging Face; known "
-                        f"heads: {', '.join(FINETUNE_CLASSES)}")
-    if heads.get("prompt_length") or "soft_prompt" in params:
-        raise UserError("a soft-prompt run has no Hugging Face counterpart (its prompt vectors "
-                        "would be lost); export it with --format params")
-    architecture, layer, pooled = FINETUNE_CLASSES[head]
-    if layer not in params or "encoder" not in params:
-        raise UserError(f"the {head} checkpoint has no encoder/{layer} parameters")
-    labels = _labels(head, heads)
-    kernel = np.asarray(params[layer]["kernel"])
-    bias = np.asarray(params[layer]["bias"])
-    if kernel.shape != (model.hidden_size, len(labels)) or bias.shape != (len(labels),):
-        raise UserError(f"{layer} has shapes {kernel.shape} and {bias.shape}, the run record "
-                        f"says {len(labels)} outputs on {model.hidden_size} features")
-    encoder = hf_layout.to_hf_state_dict({"encoder": params["encoder"]}, model,
-                                         include_heads=False)
-    # Token and span heads read the sequence output; their Hugging Face classes have no pooler.
-    state = {f"bert.{name}": value for name, value in encoder.items()
-             if pooled or not name.startswith("pooler.")}
-    state[f"{layer}.weight"] = np.ascontiguousarray(kernel.T)
-    state[f"{layer}.bias"] = bias
-    config = _base_config(model, architecture)
-    config.update(num_labels=len(labels), id2label={str(i): s for i, s in enumerate(labels)},
-                  label2id={s: i for i, s in enumerate(labels)})
-    if head in ("sequence_classification", "regression"):
-        config["problem_type"] = ("regression" if head == "regression"
-                                  else "single_label_classification")
-    notes = []
-    if heads.get("crf") or "crf" in params:
-        notes.append("the CRF transition scores have no Hugging Face counterpart: "
-                     "BertForTokenClassification gets the encoder and the per-token classifier "
-                     "and decodes each token by argmax, not by Viterbi as bertjax does")
-    return HFModel(config, state, notes)
-
-
-def _labels(head: str, heads: Mapping) -> list[str]:
-    if head == "question_answering":
-        return ["start", "end"]
-    if head == "regression":
-        return [str(label) for label in heads.get("labels") or ["LABEL_0"]][:1]
-    count = heads.get("num_labels")
-    labels = [str(label) for label in heads.get("labels") or []]
-    if not labels and count:
-        labels = [f"LABEL_{i}" for i in range(int(count))]
-    if not labels or (count and int(count) != len(labels)):
-        raise UserError(f"the run record's heads give num_labels={count} and "
-                        f"{len(labels)} labels; cannot name the {head} outputs")
-    return labels
 
 
 @dataclasses.dataclass

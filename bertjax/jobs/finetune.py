@@ -32,6 +32,7 @@ from bertjax.core.errors import UserError
 from bertjax.data.tokenizer import Tokenizer
 from bertjax.finetune import evaluation
 from bertjax.inference import loading
+from bertjax.interop.hf_roberta import HEADS_KEY
 from bertjax.jobs import common
 from bertjax.jobs.finetune_run import FinetuneRun
 from bertjax.jobs.run_directory import RunDirectory
@@ -85,8 +86,12 @@ def _check_mlm_head(s: FinetuneSettings, source: loading.Loaded | None) -> None:
 def _record(s: FinetuneSettings, start: StartingPoint, data: TaskData, seed: int,
             tokenizer_dir: str, fresh: tuple[str, ...]) -> tuple[dict, dict]:
     """(compared, info) of run.json."""
+    heads = data.task.heads_info()
+    source_heads = (start.source.record.get("heads") or {}) if start.source else {}
+    if HEADS_KEY in source_heads:  # an imported XLM-R fine-tuned exports as XLMRoberta* again
+        heads[HEADS_KEY] = source_heads[HEADS_KEY]
     compared = {"task": s.task, "method": s.method.name, "model": layout_of(start.encoder),
-                "heads": data.task.heads_info()}
+                "heads": heads}
     info = {"encoder": start.encoder.record(), "tokenizer_dir": tokenizer_dir,
             "init_checkpoint": storage.absolute(s.init_checkpoint) if s.init_checkpoint else "",
             "seed": seed, "max_seq_len": s.task_settings.max_seq_len,
