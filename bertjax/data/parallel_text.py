@@ -25,7 +25,7 @@ import numpy as np
 
 from bertjax.core import atomic_files, debian_archive
 from bertjax.core.errors import EXIT_BAD_INPUT, UserError, exit_on_user_error, report
-from bertjax.data.books_corpus import bible_books, osis_text, sword_entries
+from bertjax.data.sword_bible import bible_books, osis_text, sword_entries
 from bertjax.data.sentence_splitting import split_sentences
 from bertjax.data.tokenizer import Tokenizer
 
