@@ -7,6 +7,7 @@ DebertaV2Model; settings the decoder cannot honour are refused before the workdi
 
 import json
 import os
+import shutil
 import signal
 
 import jax
@@ -17,15 +18,20 @@ import torch
 from transformers import DebertaV2Model
 
 from bertjax.cli import convert, export
+from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.model.config import preset
+from bertjax.model.encoder import Encoder
 from bertjax.model.enhanced_mask_decoder import EnhancedMaskDecoder
 from bertjax.model.flops import train_step_flops
 from bertjax.model.heads import BertForPretraining
+from bertjax.settings import finetune as finetune_settings
 import cli_in_process
+from configs import finetune_sentiment
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import run_child
-from test_deberta import TOL, at_tokens, deberta_args, hf_dirs, padded_batch  # noqa: F401
+from test_deberta import TOL, at_tokens, deberta_args, padded_batch
+from test_deberta import hf_dirs  # noqa: F401 (a fixture)
 from test_pretrain import logged
 from trees import flat
 
@@ -117,3 +123,103 @@ def test_the_decoder_counts_in_the_model_flops():
     one_layer = (without.encoder_matmuls + without.attention) / model.num_layers
     print(f"decoder {with_decoder.mask_decoder:.3e} FLOPs, one layer {one_layer:.3e}")
     assert with_decoder.mask_decoder < one_layer
+
+
+@pytest.fixture(scope="module")
+def decoder_run(tmp_path_factory, small_corpus_dir):
+    workdir = str(tmp_path_factory.mktemp("decoder_run") / "wd")
+    result = run_child(deberta_args(workdir, small_corpus_dir, **DECODER))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+DECODER = {"model.enhanced_mask_decoder": PASSES}
+
+
+def test_a_run_with_the_decoder_trains_it_beside_the_heads(decoder_run):
+    with open(os.path.join(decoder_run, "run.json")) as f:
+        record = json.load(f)
+    assert record["heads"]["enhanced_mask_decoder"] == PASSES
+    train = [r for r in logged(decoder_run) if "loss" in r]
+    assert len(train) == 12 and all(np.isfinite(r["loss"]) for r in train)
+    params = flat(loading.load(decoder_run).params)
+    config = loading.load(decoder_run).encoder
+    table = params["emd/positions"]
+    assert table.shape == (config.max_position_embeddings, config.hidden_size)
+    assert not any(name.startswith("mlm/emd") or "positions" in name.split("/")[1]
+                   for name in params if name.startswith("encoder/"))
+
+
+def test_a_run_with_the_decoder_resumes_exactly_after_sigkill(decoder_run, tmp_path,
+                                                              small_corpus_dir):
+    resumed = str(tmp_path / "resumed")
+    args = deberta_args(resumed, small_corpus_dir, **DECODER)
+    result = run_child(args, KILL_AFTER_CHECKPOINT=5)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
+    result = run_child(args)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resuming from step 5" in result.stderr
+    assert logged(resumed) == logged(decoder_run)
+    a, b = flat(loading.load(decoder_run).params), flat(loading.load(resumed).params)
+    assert a.keys() == b.keys() and "emd/positions" in a
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_the_decoder_is_not_dropped_on_resume(decoder_run, small_corpus_dir, tmp_path):
+    workdir = str(tmp_path / "copy")
+    shutil.copytree(decoder_run, workdir)
+    before = sorted(os.listdir(os.path.join(workdir, "checkpoints")))
+    run = cli_in_process.run("main", *deberta_args(workdir, small_corpus_dir,
+                                                   **{"train.steps": 13})[1:])
+    assert_one_line_error(run.returncode, run.stderr, "enhanced_mask_decoder=2",
+                          "enhanced_mask_decoder=0")
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == before
+
+
+def test_a_run_with_the_decoder_exports_its_encoder_to_transformers(decoder_run, tmp_path,
+                                                                    capsys):
+    out = str(tmp_path / "hf")
+    code, stdout, err = run_cli(export, ["--workdir", decoder_run, "--format", "hf",
+                                         "--output", out], capsys)
+    assert code == 0, err
+    assert "enhanced mask decoder" in err and "DebertaV2Model" in err
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["architectures"] == ["DebertaV2Model"]
+    hf, info = DebertaV2Model.from_pretrained(out, output_loading_info=True,
+                                              attn_implementation="eager")
+    assert not any(info.values()), info
+    bundle = loading.load(decoder_run)
+    ids, mask, _ = padded_batch(seed=6, vocab=1000)
+    zeros = np.zeros_like(ids)
+    ours = Encoder(bundle.encoder).apply({"params": bundle.params["encoder"]}, ids, zeros,
+                                         mask).sequence
+    with torch.no_grad():
+        theirs = hf.eval()(input_ids=torch.tensor(ids, dtype=torch.long),
+                           attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
+    print(f"max |ours - transformers| hidden states "
+          f"{np.abs(at_tokens(np.asarray(ours), mask) - at_tokens(theirs, mask)).max():.2e}")
+    np.testing.assert_allclose(at_tokens(np.asarray(ours), mask), at_tokens(theirs, mask), **TOL)
+
+
+@pytest.mark.parametrize("config_file, settings, phrase", [
+    ("deberta", {"model.enhanced_mask_decoder": -1}, "must be an integer of at least 0"),
+    ("deberta", {"model.enhanced_mask_decoder": 2, "objective": "electra"},
+     "objective electra has no plain MLM head"),
+    ("tiny", {"model.enhanced_mask_decoder": 2}, "needs model.position_embedding=relative"),
+])
+def test_settings_the_decoder_cannot_use_are_refused_before_the_workdir(
+        tmp_path, small_corpus_dir, config_file, settings, phrase):
+    workdir = tmp_path / "wd"
+    argv = deberta_args(str(workdir), small_corpus_dir)[1:]
+    argv = [arg.replace("configs/deberta.py", f"configs/{config_file}.py") for arg in argv]
+    run = cli_in_process.run("main", *argv, *(f"--config.{k}={v}" for k, v in settings.items()))
+    assert_one_line_error(run.returncode, run.stderr, phrase)
+    assert not workdir.exists()
+
+
+def test_fine_tuning_refuses_the_decoder():
+    config = finetune_sentiment.get_config()
+    config.model.enhanced_mask_decoder = 2
+    with pytest.raises(UserError, match="pretraining head"):
+        finetune_settings.read(config, require_data=False)

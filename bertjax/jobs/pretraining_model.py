@@ -57,11 +57,11 @@ def step_flops(s: PretrainSettings, encoder: EncoderConfig, phase: Phase) -> flo
 
 
 def compared_layout(s: PretrainSettings, encoder: EncoderConfig) -> dict:
-    """The generator's layout and the decoder's passes, compared on resume beside the
-    discriminator's (neither recorded without)."""
+    """The generator's layout and, for DeBERTa, the decoder's passes, compared on resume beside
+    the discriminator's (recorded only for those)."""
     generator = generator_of(s, encoder)
     compared = {} if generator is None else {"generator": layout_of(generator)}
-    if s.model.enhanced_mask_decoder:
+    if encoder.position_embedding == "relative":  # 0 too: a decoder dropped on resume
         compared["enhanced_mask_decoder"] = s.model.enhanced_mask_decoder
     return compared
 
