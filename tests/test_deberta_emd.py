@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from transformers import DebertaV2Model
+from transformers import DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2Model
 
 from bertjax.cli import convert, export
 from bertjax.core.errors import UserError
@@ -30,8 +30,9 @@ import cli_in_process
 from configs import finetune_sentiment
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import run_child
-from test_deberta import TOL, at_tokens, deberta_args, padded_batch
-from test_deberta import hf_dirs  # noqa: F401 (a fixture)
+from hf_reference import randomize
+from test_deberta import (SIZES, TOL, VARIANTS, at_tokens, deberta_args, padded_batch,
+                          unigram_tokenizer)
 from test_pretrain import logged
 from trees import flat
 
@@ -40,6 +41,19 @@ pytestmark = pytest.mark.slow
 PASSES = 2
 # Per row: masked positions among its real tokens (rows of 40, 23 and 9), the last slot padding.
 MASKED = np.array([[3, 17, 26, 39, 0], [1, 9, 12, 22, 0], [2, 4, 5, 8, 0]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def masked_lm(tmp_path_factory, demo_articles):
+    """A random DebertaV2ForMaskedLM (DeBERTa-v3's layout, 8 buckets) and its directory."""
+    directory = tmp_path_factory.mktemp("masked_lm")
+    tokenizer = unigram_tokenizer(s for d in demo_articles[:10] for s in d)
+    config = DebertaV2Config(vocab_size=tokenizer.get_vocab_size(), **SIZES, **VARIANTS["v3"])
+    model = DebertaV2ForMaskedLM(config).eval()
+    randomize(model, seed=3)
+    model.save_pretrained(directory)
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return model, str(directory)
 
 
 def transformers_decoder(hf, table, ids, mask):
@@ -79,9 +93,9 @@ def bertjax_decoder(params, config, ids, mask):
 
 
 @pytest.mark.parametrize("scan", [True, False])
-def test_the_decoder_computes_transformers_last_layer_with_query_states(hf_dirs, tmp_path,
+def test_the_decoder_computes_transformers_last_layer_with_query_states(masked_lm, tmp_path,
                                                                         scan):
-    hf, directory = hf_dirs["v3"]
+    hf, directory = masked_lm
     out = str(tmp_path / "ours")
     convert.main(["--from-hf", directory, "--output", out] + ([] if scan else
                                                                ["--no-scan-layers"]))
