@@ -17,6 +17,7 @@ import pytest
 import torch
 from transformers import DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2Model
 
+import bertjax
 from bertjax.cli import convert, export
 from bertjax.core.errors import UserError
 from bertjax.inference import loading
@@ -237,3 +238,21 @@ def test_fine_tuning_refuses_the_decoder():
     config.model.enhanced_mask_decoder = 2
     with pytest.raises(UserError, match="pretraining head"):
         finetune_settings.read(config, require_data=False)
+
+
+def test_fill_mask_reads_the_decoder_the_run_trained(decoder_run):
+    model = bertjax.load(decoder_run)
+    text = "the river runs through the [MASK] of the old town."
+    (predicted,) = model.fill_mask(text, top_k=3)
+    ids, segments = model._masked_row(text)
+    bundle = loading.load(decoder_run)
+    position = int(np.flatnonzero(ids == model.tokenizer.special.mask)[0])
+    batch = {"input_ids": ids[None], "segment_ids": segments[None],
+             "input_mask": np.ones_like(ids)[None],
+             "masked_positions": np.array([[position]], np.int32)}
+    pretraining = BertForPretraining(bundle.encoder, nsp=False, enhanced_mask_decoder=PASSES)
+    logits = pretraining.apply({"params": bundle.params}, batch)["mlm_logits"][0, 0]
+    probs = np.asarray(jax.nn.softmax(logits))
+    top = np.argsort(-probs)[:3]
+    assert [token for token, _ in predicted] == [model.tokenizer.id_to_token(int(t)) for t in top]
+    np.testing.assert_allclose([p for _, p in predicted], probs[top], rtol=1e-4)
