@@ -256,3 +256,29 @@ def test_fill_mask_reads_the_decoder_the_run_trained(decoder_run):
     top = np.argsort(-probs)[:3]
     assert [token for token, _ in predicted] == [model.tokenizer.id_to_token(int(t)) for t in top]
     np.testing.assert_allclose([p for _, p in predicted], probs[top], rtol=1e-4)
+
+
+def test_packed_documents_are_decoded_as_rows_of_their_own():
+    """data.separate_documents: two documents in one row (positions restarting, attention within
+    each) give the decoder's scores of the two as separate rows."""
+    config = preset("tiny", vocab_size=100, position_embedding="relative", position_buckets=8,
+                    max_relative_positions=32, max_position_embeddings=64)
+    model = BertForPretraining(config, nsp=False, enhanced_mask_decoder=PASSES)
+    rng = np.random.default_rng(0)
+    first, second = rng.integers(5, 100, 14), rng.integers(5, 100, 10)
+    packed = {"input_ids": np.concatenate([first, second])[None].astype(np.int32),
+              "input_mask": np.ones((1, 24), np.int32),
+              "positions": np.concatenate([np.arange(14), np.arange(10)])[None].astype(np.int32),
+              "pack_ids": np.repeat([1, 2], [14, 10])[None].astype(np.int32),
+              "masked_positions": np.array([[2, 11, 15, 22]], np.int32)}
+    packed["segment_ids"] = np.zeros_like(packed["input_ids"])
+    alone = {"input_ids": np.zeros((2, 14), np.int32), "input_mask": np.zeros((2, 14), np.int32),
+             "masked_positions": np.array([[2, 11], [1, 8]], np.int32)}
+    for row, ids in enumerate((first, second)):
+        alone["input_ids"][row, :len(ids)] = ids
+        alone["input_mask"][row, :len(ids)] = 1
+    alone["segment_ids"] = np.zeros_like(alone["input_ids"])
+    params = model.init(jax.random.PRNGKey(0), packed)["params"]
+    got = np.asarray(model.apply({"params": params}, packed)["mlm_logits"])[0]
+    want = np.asarray(model.apply({"params": params}, alone)["mlm_logits"]).reshape(4, -1)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)

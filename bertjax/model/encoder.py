@@ -140,7 +140,8 @@ class TransformerLayer(nn.Module):
             attention_input = jnp.where(first, x, normed)
         attended = SelfAttention(cfg, name="attention")(attention_input, ctx, is_global,
                                                         deterministic, query_states)
-        x = self._residual(x if query_states is None else query_states, attended, "attention", None if pre else attention_norm,
+        residual = x if query_states is None else query_states
+        x = self._residual(residual, attended, "attention", None if pre else attention_norm,
                            deterministic)
         output_norm = layer_norm(cfg, "output_norm")
         h = feed_forward(cfg, output_norm(x).astype(cfg.dtype) if pre else x)

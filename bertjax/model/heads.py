@@ -79,11 +79,12 @@ class SpanBoundaryHead(nn.Module):
 class BertForPretraining(nn.Module):
     """The encoder plus the pretraining heads (Hugging Face `BertForPreTraining`, plus SBO).
 
-    Parameters: `encoder`, `mlm`, `nsp` (if nsp), `sbo` (if sbo), `emd` (DeBERTa's enhanced
-    mask decoder, model/enhanced_mask_decoder.py: `enhanced_mask_decoder` passes of the last
-    layer before the MLM head; 0: none). Reads, of the pretraining
-    batch declared in `bertjax.data.schema`, its `INPUTS`, `masked_positions`, with sbo its
-    `SPAN_FIELDS` and, when documents are packed, their `positions` and `pack_ids`; returns fp32 `mlm_logits` [B, P, V], `nsp_logits` [B, 2], `sbo_logits`
+    Parameters: `encoder`, `mlm`, `nsp` (if nsp), `sbo` (if sbo), `emd` (if
+    enhanced_mask_decoder: DeBERTa's decoder, that many passes of the last layer before the MLM
+    head, model/enhanced_mask_decoder.py). Reads, of the pretraining batch declared in
+    `bertjax.data.schema`, its `INPUTS`, `masked_positions`, with sbo its `SPAN_FIELDS` and, when
+    documents are packed, their `positions` and `pack_ids`; returns fp32 `mlm_logits` [B, P, V],
+    `nsp_logits` [B, 2], `sbo_logits`
     [B, P, V] (P = max_predictions).
     """
 
