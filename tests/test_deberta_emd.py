@@ -26,6 +26,7 @@ from bertjax.model.encoder import Encoder
 from bertjax.model.enhanced_mask_decoder import EnhancedMaskDecoder
 from bertjax.model.flops import train_step_flops
 from bertjax.model.heads import BertForPretraining
+from bertjax.parallel.mesh import make_mesh
 from bertjax.settings import finetune as finetune_settings
 import cli_in_process
 from configs import finetune_sentiment
@@ -35,6 +36,7 @@ from hf_reference import randomize
 from test_deberta import (SIZES, TOL, VARIANTS, at_tokens, deberta_args, padded_batch,
                           unigram_tokenizer)
 from test_pretrain import logged
+import test_sharded_steps as sharded
 from trees import flat
 
 pytestmark = pytest.mark.slow
@@ -282,3 +284,20 @@ def test_packed_documents_are_decoded_as_rows_of_their_own():
     got = np.asarray(model.apply({"params": params}, packed)["mlm_logits"])[0]
     want = np.asarray(model.apply({"params": params}, alone)["mlm_logits"]).reshape(4, -1)
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_sharded_step_with_the_decoder_equals_the_one_device_step():
+    """Data, FSDP and tensor parallel at once (2 x 2 x 2 fake CPU devices, remat save_dots):
+    the decoder's gathers shard with the heads and give the one-device step."""
+    config = preset("tiny", vocab_size=sharded.V, num_heads=8, max_position_embeddings=64,
+                    scan_layers=True, position_embedding="relative", position_buckets=8,
+                    max_relative_positions=32)
+    single = sharded._train(BertForPretraining(config, enhanced_mask_decoder=PASSES),
+                            make_mesh(1, 1, 1, devices=jax.devices()[:1]))
+    run = sharded._train(BertForPretraining(config.replace(remat="save_dots"),
+                                            enhanced_mask_decoder=PASSES),
+                         make_mesh(2, 2, 2), start=single["initial"])
+    for got, want in zip(run["metrics"], single["metrics"]):
+        sharded._close(got, want)
+    sharded._close(run["final"].params, single["final"].params, atol=1e-5)
+    assert "positions" in run["final"].params["emd"]
