@@ -80,9 +80,11 @@ class JaxStep:
         self.workload = workload
         self.flops: StepFlops = train_step_flops(self.encoder, workload.batch, workload.seq_len,
                                                  workload.predictions, nsp=objective.nsp,
-                                                 sbo=objective.sbo)
+                                                 sbo=objective.sbo,
+                                                 decoder_passes=s.model.enhanced_mask_decoder)
         model = BertForPretraining(self.encoder, nsp=objective.nsp, sbo=objective.sbo,
-                                   max_span_length=s.masking.max_span_length)
+                                   max_span_length=s.masking.max_span_length,
+                                   enhanced_mask_decoder=s.model.enhanced_mask_decoder)
         optimizer = make_optimizer(s.optimizer)
         self.mesh = s.mesh.make()
         shards = partitioning.batch_shards(self.mesh)

@@ -26,7 +26,7 @@ from bertjax.inference.arguments import MASK
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
 from bertjax.model.primitives import gather_positions
-from bertjax.model.heads import MaskedLmHead
+from bertjax.model.heads import BertForPretraining, MaskedLmHead
 from bertjax.parallel import partitioning
 from bertjax.parallel.mesh import make_mesh
 from bertjax.train.state import abstract_train_state
@@ -57,6 +57,14 @@ class MaskFiller(nn.Module):
                       deterministic=deterministic)
         hidden = gather_positions(out.sequence, batch["masked_positions"])
         return MaskedLmHead(self.config, name="mlm")(hidden, encoder.attend)
+
+
+class DecodedMaskFiller(BertForPretraining):
+    """MaskFiller of a model pretrained with DeBERTa's enhanced mask decoder: the MLM head reads
+    the decoder, as in pretraining (parameters `encoder`, `mlm`, `emd`)."""
+
+    def __call__(self, batch, *, deterministic: bool = True):
+        return super().__call__(batch, deterministic=deterministic)["mlm_logits"]
 
 
 class Runner:
@@ -157,7 +165,9 @@ class Runner:
         not one per distinct length."""
         key = ("fill_mask", slots, top_k)
         if key not in self._compiled:
-            module = MaskFiller(self.config)
+            passes = self.loaded.heads.get("enhanced_mask_decoder", 0)
+            module = (DecodedMaskFiller(self.config, nsp=False, enhanced_mask_decoder=passes)
+                      if passes else MaskFiller(self.config))
             mask_id = self.tokenizer.special.mask
 
             def fill(params, batch):
@@ -170,7 +180,8 @@ class Runner:
                 probs, ids = jax.lax.top_k(jax.nn.softmax(logits, axis=-1), top_k)
                 return {"probs": probs, "ids": ids}
 
-            params = self._params("fill_mask", module, ("encoder", "mlm"),
+            params = self._params("fill_mask", module,
+                                  ("encoder", "mlm", "emd") if passes else ("encoder", "mlm"),
                                   {"masked_positions": (slots, np.int32)})
             self._compiled[key] = functools.partial(jax.jit(fill), params)
         return self._compiled[key]

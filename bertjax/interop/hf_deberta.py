@@ -203,12 +203,16 @@ def check_exportable(model: EncoderConfig) -> None:
 def to_hf(params: Mapping, model: EncoderConfig,
           heads: Mapping) -> tuple[dict, dict[str, np.ndarray], list[str]]:
     """(config.json, state dict, notes) of DebertaV2ForMaskedLM, or DebertaV2Model for
-    parameters without the MLM head."""
+    parameters without the MLM head or with the enhanced mask decoder (transformers has none)."""
     check_exportable(model)
     params = meta.unbox(params)
-    mlm = "mlm" in params
     dropped = [words for part, words in (("nsp", "the NSP head"),
                                          ("sbo", "the span boundary head (sbo)")) if part in params]
+    if "emd" in params:  # its MLM head reads the decoder, which DebertaV2ForMaskedLM lacks
+        params = {part: tree for part, tree in params.items() if part not in ("mlm", "emd")}
+        dropped.append("the MLM head and its enhanced mask decoder (the encoder goes out as "
+                       "DebertaV2Model)")
+    mlm = "mlm" in params
     notes = [f"the pooler{''.join(', ' + d for d in dropped)}: no DeBERTa counterpart, not "
              "exported"]
     relative = params["encoder"]["relative_embeddings"]

@@ -148,6 +148,7 @@ def _check_model(s: PretrainSettings, source: loading.Loaded | None, required) -
     vocab_size = required.vocab_size if required is not None else s.data.vocab_size
     encoder = s.model.encoder(vocab_size, recorded=recorded)
     pretraining_model.generator_of(s, encoder)  # refuses a generator that does not fit
+    pretraining_model.check_decoder(s, encoder)
     longest = max(phase.seq_len for phase in s.schedule.phases)
     if longest > encoder.max_sequence_length:
         raise UserError(f"schedule sequence length {longest} exceeds the model's "

@@ -30,6 +30,8 @@ class AttentionContext:
     rope_local: tuple[Array, Array] | None = None
     # DeBERTa's relative embedding table after its norm, fp32 [2S, H] (the encoder's, shared).
     relative: Array | None = None
+    # DeBERTa's enhanced mask decoder: int [B, P], the positions its P query rows stand at.
+    query_positions: Array | None = None
 
     def full_mask(self) -> Array:
         """bool [B, 1, 1, L], or [B, 1, L, L] when sequences are packed."""

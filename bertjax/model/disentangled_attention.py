@@ -74,19 +74,29 @@ def score_indices(length: int, config: EncoderConfig) -> tuple[np.ndarray, np.nd
 
 
 def attention(query: Array, key: Array, value: Array, pos_query: Array, pos_key: Array,
-              mask: Array, config: EncoderConfig, dropout_rng: Array | None = None) -> Array:
+              mask: Array, config: EncoderConfig, dropout_rng: Array | None = None,
+              query_positions: Array | None = None) -> Array:
     """query/key/value [B, L, N, D], pos_query/pos_key [2S, N, D] (the layer's projections of
-    the relative table), `mask` bool [B, 1, 1 or L, L] -> [B, L, N, D]."""
+    the relative table), `mask` bool [B, 1, 1 or L, L] -> [B, L, N, D]. With `query_positions`
+    int [B, P] (the enhanced mask decoder's), the queries are P rows [B, P, N, D] standing at
+    those positions of the keys' sequence, and the result is [B, P, N, D]."""
     f32 = jnp.float32
-    length = query.shape[1]
-    c2p_index, p2c_index = score_indices(length, config)
-    rows = np.arange(length)[:, None]
     content = jnp.einsum("btnd,bsnd->bnts", query, key, preferred_element_type=f32)
-    c2p = jnp.einsum("btnd,rnd->bntr", query, pos_key.astype(query.dtype),
-                     preferred_element_type=f32)[:, :, rows, c2p_index]
-    # p2c[i, j] reads key j's row of the products: gathered along the keys' axis, transposed.
-    p2c = jnp.einsum("bsnd,rnd->bnsr", key, pos_query.astype(key.dtype),
-                     preferred_element_type=f32)[:, :, rows.T, p2c_index]
+    query_products = jnp.einsum("btnd,rnd->bntr", query, pos_key.astype(query.dtype),
+                                preferred_element_type=f32)
+    key_products = jnp.einsum("bsnd,rnd->bnsr", key, pos_query.astype(key.dtype),
+                              preferred_element_type=f32)
+    if query_positions is None:
+        length = query.shape[1]
+        c2p_index, p2c_index = score_indices(length, config)
+        rows = np.arange(length)[:, None]
+        c2p = query_products[:, :, rows, c2p_index]
+        # p2c[i, j] reads key j's row of the products: gathered along the keys' axis, transposed.
+        p2c = key_products[:, :, rows.T, p2c_index]
+    else:
+        c2p, p2c = _scores_at(query_products, key_products, query_positions, config)
+        if mask.shape[2] > 1:  # packed rows: each query's own row of the mask
+            mask = jnp.take_along_axis(mask, query_positions[:, None, :, None], axis=2)
     scale = jnp.sqrt(f32(query.shape[-1] * SCALE_FACTOR))
     logits = (content + c2p + p2c) / scale
     # Finite, as attention.explicit_attention's: a fully masked row cannot produce NaNs.
@@ -97,3 +107,19 @@ def attention(query: Array, key: Array, value: Array, pos_query: Array, pos_key:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - rate, probs.shape)
         probs = jnp.where(keep, probs / (1.0 - rate), 0.0)
     return jnp.einsum("bnts,bsnd->btnd", probs.astype(value.dtype), value)
+
+
+def _scores_at(query_products: Array, key_products: Array, query_positions: Array,
+               config: EncoderConfig) -> tuple[Array, Array]:
+    """(c2p, p2c) fp32 [B, N, P, L] of P queries at `query_positions` [B, P]: the rows of
+    score_indices' tables at those positions. query_products [B, N, P, 2S], key_products
+    [B, N, L, 2S]."""
+    batch, slots = query_positions.shape
+    length = key_products.shape[2]
+    c2p_table, p2c_table = (jnp.asarray(table) for table in score_indices(length, config))
+    c2p_index, p2c_index = c2p_table[query_positions], p2c_table[query_positions]  # [B, P, L]
+    rows = jnp.arange(batch)[:, None, None]
+    # Advanced indices around a slice: the result is [B, P, L, N], heads last.
+    c2p = query_products[rows, :, jnp.arange(slots)[None, :, None], c2p_index]
+    p2c = key_products[rows, :, jnp.arange(length)[None, None, :], p2c_index]
+    return c2p.transpose(0, 3, 1, 2), p2c.transpose(0, 3, 1, 2)

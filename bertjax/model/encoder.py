@@ -56,7 +56,9 @@ class SelfAttention(nn.Module):
 
     @nn.compact
     def __call__(self, x: Array, ctx: AttentionContext, is_global,
-                 deterministic: bool) -> Array:
+                 deterministic: bool, queries: Array | None = None) -> Array:
+        """`queries` [B, P, H] (the enhanced mask decoder's): the queries' source, x the keys'
+        and values'; else x is all three."""
         cfg = self.config
         heads = (cfg.num_heads, cfg.head_dim)
 
@@ -65,14 +67,15 @@ class SelfAttention(nn.Module):
                                          use_bias=cfg.use_bias, name=name)
                        for name in ("query", "key", "value")}
 
-        def project(name: str) -> Array:
-            y = projections[name](x)
+        def project(name: str, source: Array) -> Array:
+            y = projections[name](source)
             if cfg.lora_rank and name in adaptation.LORA_TARGETS:
                 y = y + adaptation.LowRankUpdate(cfg, name=name + adaptation.LORA_SUFFIX)(
-                    x, deterministic)
+                    source, deterministic)
             return nn.with_logical_constraint(y, HEADS_AXES)
 
-        query, key, value = project("query"), project("key"), project("value")
+        query = project("query", x if queries is None else queries)
+        key, value = project("key", x), project("value", x)
         dropout_rng = None
         if not deterministic and cfg.attention_dropout > 0.0:
             dropout_rng = self.make_rng("dropout")
@@ -82,7 +85,8 @@ class SelfAttention(nn.Module):
             table = nn.Dropout(cfg.hidden_dropout)(ctx.relative, deterministic=deterministic)
             pos_query, pos_key = (projections[name](table[None])[0] for name in ("query", "key"))
             context = disentangled_attention.attention(query, key, value, pos_query, pos_key,
-                                                       ctx.full_mask(), cfg, dropout_rng)
+                                                       ctx.full_mask(), cfg, dropout_rng,
+                                                       ctx.query_positions)
         # The splash kernel's [B, N, L, D] is contracted as it is (attention.heads_major).
         major = heads_major(cfg, ctx, dropout_rng)
         context = nn.with_logical_constraint(context, HEADS_MAJOR_AXES if major else HEADS_AXES)
@@ -111,16 +115,21 @@ class TransformerLayer(nn.Module):
     """One layer, post-LN (BERT) or pre-LN (ModernBERT: no norm before layer 0's attention,
     whose input the embeddings' norm has just normalised). Returns (hidden, None) so `nn.scan`
     can use it as its body, or (hidden, hidden) with `emit`, which makes scan stack every
-    layer's output. `index` is the layer's number: a Python int in a loop, traced under scan."""
+    layer's output. `index` is the layer's number: a Python int in a loop, traced under scan.
+    `query_states` [B, P, H] (post-LN only; the enhanced mask decoder's, at
+    ctx.query_positions): the attention's queries and the residual are those rows, its keys and
+    values x, and the output is [B, P, H]."""
 
     config: EncoderConfig
     emit: bool = False
 
     @nn.compact
-    def __call__(self, x: Array, ctx: AttentionContext, index,
-                 deterministic: bool) -> tuple[Array, Array | None]:
+    def __call__(self, x: Array, ctx: AttentionContext, index, deterministic: bool,
+                 query_states: Array | None = None) -> tuple[Array, Array | None]:
         cfg = self.config
         pre = cfg.norm == "pre"
+        if pre and query_states is not None:
+            raise ValueError("query_states take a post-LN layer (DeBERTa's)")
         is_global = (index % cfg.global_attention_every == 0 if isinstance(index, int)
                      else jnp.equal(index % cfg.global_attention_every, 0))
         attention_norm = layer_norm(cfg, "attention_norm")
@@ -130,8 +139,9 @@ class TransformerLayer(nn.Module):
             first = index == 0 if isinstance(index, int) else jnp.equal(index, 0)
             attention_input = jnp.where(first, x, normed)
         attended = SelfAttention(cfg, name="attention")(attention_input, ctx, is_global,
-                                                        deterministic)
-        x = self._residual(x, attended, "attention", None if pre else attention_norm,
+                                                        deterministic, query_states)
+        residual = x if query_states is None else query_states
+        x = self._residual(residual, attended, "attention", None if pre else attention_norm,
                            deterministic)
         output_norm = layer_norm(cfg, "output_norm")
         h = feed_forward(cfg, output_norm(x).astype(cfg.dtype) if pre else x)

@@ -13,8 +13,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax.model.attention import context
 from bertjax.model.config import EncoderConfig
 from bertjax.model.encoder import Encoder
+from bertjax.model.enhanced_mask_decoder import EnhancedMaskDecoder, last_layer_params
 from bertjax.model.primitives import (activate, dense, gather_positions, gelu, kernel_init,
                                       layer_norm, zeros_init)
 
@@ -77,9 +79,12 @@ class SpanBoundaryHead(nn.Module):
 class BertForPretraining(nn.Module):
     """The encoder plus the pretraining heads (Hugging Face `BertForPreTraining`, plus SBO).
 
-    Parameters: `encoder`, `mlm`, `nsp` (if nsp), `sbo` (if sbo). Reads, of the pretraining
-    batch declared in `bertjax.data.schema`, its `INPUTS`, `masked_positions`, with sbo its
-    `SPAN_FIELDS` and, when documents are packed, their `positions` and `pack_ids`; returns fp32 `mlm_logits` [B, P, V], `nsp_logits` [B, 2], `sbo_logits`
+    Parameters: `encoder`, `mlm`, `nsp` (if nsp), `sbo` (if sbo), `emd` (if
+    enhanced_mask_decoder: DeBERTa's decoder, that many passes of the last layer before the MLM
+    head, model/enhanced_mask_decoder.py). Reads, of the pretraining batch declared in
+    `bertjax.data.schema`, its `INPUTS`, `masked_positions`, with sbo its `SPAN_FIELDS` and, when
+    documents are packed, their `positions` and `pack_ids`; returns fp32 `mlm_logits` [B, P, V],
+    `nsp_logits` [B, 2], `sbo_logits`
     [B, P, V] (P = max_predictions).
     """
 
@@ -87,17 +92,29 @@ class BertForPretraining(nn.Module):
     nsp: bool = True
     sbo: bool = False
     max_span_length: int = 10
+    enhanced_mask_decoder: int = 0
 
     @nn.compact
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool = True) -> dict:
         cfg = self.config
         if self.sbo and self.max_span_length <= 0:
             raise ValueError(f"max_span_length must be positive, got {self.max_span_length}")
-        encoder = Encoder(cfg, name="encoder")
+        # The decoder reads the last layer's input: every layer's output is kept ([L+1, B, T, H]).
+        encoder = Encoder(cfg, all_layers=self.enhanced_mask_decoder > 0, name="encoder")
         encoded = encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                           deterministic=deterministic, positions=batch.get("positions"),
                           pack_ids=batch.get("pack_ids"))
-        hidden = gather_positions(encoded.sequence, batch["masked_positions"])
+        masked = batch["masked_positions"]
+        if self.enhanced_mask_decoder:
+            ctx = context(cfg, batch["input_mask"], pack_ids=batch.get("pack_ids")).replace(
+                relative=encoder.relative_embeddings())
+            positions = (masked if batch.get("positions") is None
+                         else gather_positions(batch["positions"][..., None], masked)[..., 0])
+            hidden = EnhancedMaskDecoder(cfg, self.enhanced_mask_decoder, name="emd")(
+                encoded.layers[-2], ctx, last_layer_params(cfg, encoder.variables["params"]),
+                masked, positions, deterministic)
+        else:
+            hidden = gather_positions(encoded.sequence, masked)
         outputs = {"mlm_logits": MaskedLmHead(cfg, name="mlm")(hidden, encoder.attend)}
         if self.nsp:
             # fp32: two outputs, negligible cost, and the loss sees them directly.

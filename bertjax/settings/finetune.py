@@ -100,6 +100,9 @@ def read(config, *, require_data: bool = True) -> FinetuneSettings:
     if not 0.0 <= fraction <= 1.0:
         raise UserError(f"optimizer.warmup_fraction must be in [0, 1], got {fraction}")
     model = model_spec(config.model)
+    if model.enhanced_mask_decoder:
+        raise UserError("model.enhanced_mask_decoder is a pretraining head: fine-tuning reads "
+                        "the encoder alone; leave it 0")
     if not model.from_checkpoint and d.max_seq_len > model.max_position_embeddings:
         raise UserError(f"data.max_seq_len {d.max_seq_len} exceeds "
                         f"model.max_position_embeddings {model.max_position_embeddings}")

@@ -33,6 +33,9 @@ OBJECTIVES = {
     "electra": (False, False, "full_sentences"),
 }
 
+# The objectives whose MLM head reads the encoder (model.enhanced_mask_decoder can feed it).
+MASKED_LM_OBJECTIVES = ("bert", "roberta", "spanbert")
+
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingObjective:
@@ -221,6 +224,10 @@ def read(config, overridden: frozenset = frozenset()) -> PretrainSettings:
     train = PretrainLoop(**fields_of(PretrainLoop, config.train, "train"))
     _check_loop(train)
     model = model_spec(config.model)
+    if model.enhanced_mask_decoder and objective.name not in MASKED_LM_OBJECTIVES:
+        raise UserError(f"model.enhanced_mask_decoder decodes a masked LM's predictions: "
+                        f"objective {objective.name} has no plain MLM head to feed (use one of "
+                        f"{', '.join(MASKED_LM_OBJECTIVES)})")
     schedule = _schedule(config, train.steps)
     if train.time_budget_minutes and len(schedule.phases) > 1:
         raise UserError("train.time_budget_minutes lays the learning rate over time, but the "

@@ -6,7 +6,7 @@ import dataclasses
 
 import jax
 
-from bertjax.core.errors import UserError
+from bertjax.core.errors import UserError, check_int
 from bertjax.model.config import ARCHITECTURE_FIELDS, ENCODER_DEFAULTS, EncoderConfig, preset
 from bertjax.parallel.mesh import first_devices, make_mesh
 from bertjax.settings.config_keys import Section, fields_of
@@ -91,6 +91,10 @@ class ModelSpec:
     # max_relative_positions (0: max_position_embeddings); position_buckets 0: no buckets
     position_buckets: int = _encoder("position_buckets")
     max_relative_positions: int = _encoder("max_relative_positions")
+    # Pretraining with relative positions and a masked LM only: DeBERTa's enhanced mask
+    # decoder, this many passes of the last layer (the paper's 2) with absolute positions
+    # before the MLM head (model/enhanced_mask_decoder.py); 0: none.
+    enhanced_mask_decoder: int = 0
 
     @property
     def from_checkpoint(self) -> bool:
@@ -119,7 +123,7 @@ class ModelSpec:
                                 "config.init_checkpoint, which is not set")
             return self._over(recorded, vocab_size)
         fields = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
-                  if field.name != "preset" and field.name not in SIZE_KEYS}
+                  if field.name not in ("preset", "enhanced_mask_decoder", *SIZE_KEYS)}
         return preset(self.preset, vocab_size=vocab_size, pad_token_id=pad_token_id,
                       **fields, **self.sizes)
 
@@ -149,6 +153,7 @@ def model_spec(section: Section) -> ModelSpec:
     spec = ModelSpec(**{key: type(default)(values[key]) if type(default) in (int, float, str)
                         else values[key] for key, default in defaults(ModelSpec).items()})
     _check_attention(spec)
+    _check_mask_decoder(spec)
     for key in ("rope_theta", "rope_local_theta"):  # used with rope only, checked always
         if not getattr(spec, key) > 0:
             raise UserError(f"model.{key} must be positive, got {getattr(spec, key)}")
@@ -184,6 +189,16 @@ def mesh_settings(section: Section) -> MeshSettings:
         raise UserError(f"mesh.devices must be a positive number of devices or -1 (all), got "
                         f"{mesh.devices!r}")
     return mesh
+
+
+def _check_mask_decoder(spec: ModelSpec) -> None:
+    """The decoder's passes reuse the last layer's disentangled attention."""
+    check_int("model.enhanced_mask_decoder", spec.enhanced_mask_decoder, 0, "(0: none)")
+    relative = spec.from_checkpoint or spec.position_embedding == "relative"
+    if spec.enhanced_mask_decoder and not relative:
+        raise UserError(f"model.enhanced_mask_decoder={spec.enhanced_mask_decoder} is DeBERTa's: "
+                        f"it needs model.position_embedding=relative, got "
+                        f"{spec.position_embedding!r} (configs/deberta.py)")
 
 
 def _check_attention(spec: ModelSpec) -> None:

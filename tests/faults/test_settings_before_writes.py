@@ -79,6 +79,7 @@ ACCEPTED = {
     **_zero("0: no factorised embeddings", "model.embedding_size"),
     **_zero("0: no log buckets (DeBERTa)", "model.position_buckets"),
     **_zero("0: max_position_embeddings (DeBERTa)", "model.max_relative_positions"),
+    **_zero("0: no enhanced mask decoder (DeBERTa)", "model.enhanced_mask_decoder"),
     **{(key, "-1"): "-1: every device" for key in ("mesh.data", "mesh.devices")},
     **{(key, ""): "empty: the documented default" for key in (
         "init_checkpoint", "data.prepared", "data.tokenizer", "model.attention_implementation",
