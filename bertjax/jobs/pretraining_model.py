@@ -27,7 +27,7 @@ def build(s: PretrainSettings, encoder: EncoderConfig
           ) -> tuple[nn.Module, objectives.StepObjective]:
     generator = generator_of(s, encoder)
     if generator is not None:
-        return (ElectraForPretraining(encoder, generator),
+        return (ElectraForPretraining(encoder, generator, s.objective.electra.gdes(encoder)),
                 electra_objective(s.objective.electra.discriminator_weight))
     return (BertForPretraining(encoder, nsp=s.objective.nsp, sbo=s.objective.sbo,
                                max_span_length=s.masking.max_span_length),
@@ -46,10 +46,19 @@ def step_flops(s: PretrainSettings, encoder: EncoderConfig, phase: Phase) -> flo
     return flops
 
 
+def embedding_sharing(s: PretrainSettings, encoder: EncoderConfig) -> str:
+    """"gdes" or "plain": how ELECTRA's discriminator shares the word table (settings/electra)."""
+    return "gdes" if s.objective.electra.gdes(encoder) else "plain"
+
+
 def compared_layout(s: PretrainSettings, encoder: EncoderConfig) -> dict:
-    """The generator's layout, compared on resume beside the discriminator's ({} without)."""
+    """The generator's layout and the embedding sharing (GDES adds a parameter), compared on
+    resume beside the discriminator's ({} without a generator)."""
     generator = generator_of(s, encoder)
-    return {} if generator is None else {"generator": layout_of(generator)}
+    if generator is None:
+        return {}
+    return {"generator": layout_of(generator),
+            "embedding_sharing": embedding_sharing(s, encoder)}
 
 
 def heads_record(s: PretrainSettings, encoder: EncoderConfig) -> dict:
@@ -59,5 +68,6 @@ def heads_record(s: PretrainSettings, encoder: EncoderConfig) -> dict:
     generator = generator_of(s, encoder)
     if generator is not None:
         heads["electra"] = {"generator": generator.record(),
-                            "discriminator_weight": s.objective.electra.discriminator_weight}
+                            "discriminator_weight": s.objective.electra.discriminator_weight,
+                            "embedding_sharing": embedding_sharing(s, encoder)}
     return heads
