@@ -2,8 +2,9 @@
 objective, the discriminator's loss reaches only its residual table E_Δ and the generator's the
 shared table E_G, where plain sharing lets both reach E_G; a tiny DeBERTa ELECTRA run (gdes by
 default) whose readers (bertjax.load, `python -m bertjax.export --format hf`, fine-tuning's
-start) all see the word table E_G + E_Δ, and which resumes exactly; the setting refused in one
-line before anything is written."""
+start) all see the word table E_G + E_Δ, and which resumes exactly; a BERT-layout ELECTRA with
+gdes exporting its discriminator with E_G + E_Δ and its generator with E_G; the setting refused
+in one line before anything is written."""
 
 import json
 import os
@@ -14,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 import torch
-from transformers import DebertaV2Model
+from transformers import DebertaV2Model, ElectraForMaskedLM, ElectraForPreTraining
 
 import bertjax
 import cli_in_process
@@ -32,7 +33,7 @@ from bertjax.train.state import create_train_state
 from bertjax.train.step_metrics import LOSS_SUM, name
 from cli_checks import assert_one_line_error
 from mesh_batches import batch_shapes
-from pretrain_runs import SHORT, run_child
+from pretrain_runs import SHORT, run_child, tiny_args
 from test_deberta import deberta_args
 from test_pretrain import logged
 from trees import flat
@@ -193,6 +194,35 @@ def test_exact_resume_after_sigkill(gdes_run, tmp_path, small_corpus_dir):
     assert a.keys() == b.keys() and gdes.WORD_DELTA in a
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_an_electra_with_gdes_exports_each_part_with_its_own_table(tmp_path, small_corpus_dir):
+    """BERT's layout, electra.embedding_sharing=gdes: the discriminator (ElectraForPreTraining)
+    goes out with E_G + E_Δ, the generator (ElectraForMaskedLM, its tied output too) with E_G;
+    a params export keeps both and exports the same."""
+    workdir = str(tmp_path / "wd")
+    args = tiny_args(workdir, small_corpus_dir, **{
+        "model.preset": "tiny", "electra.embedding_sharing": "gdes", **SHORT})
+    args[1] = args[1].replace("configs/tiny.py", "configs/electra_small.py")
+    result = run_child(args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    raw = raw_params(workdir)
+    params_export = str(tmp_path / "params")
+    for fmt, source, out in (("hf", workdir, "hf"), ("params", workdir, "params"),
+                             ("hf", params_export, "hf_from_params")):
+        run = cli_in_process.run("export", "--workdir", source, "--format", fmt, "--output",
+                                 str(tmp_path / out))
+        assert run.returncode == 0, run.stderr
+    for out in (str(tmp_path / "hf"), str(tmp_path / "hf_from_params")):
+        discriminator, info = ElectraForPreTraining.from_pretrained(out, output_loading_info=True)
+        assert not any(info.values()), info
+        generator = ElectraForMaskedLM.from_pretrained(os.path.join(out, "generator"))
+        np.testing.assert_array_equal(
+            discriminator.electra.embeddings.word_embeddings.weight.detach().numpy(),
+            raw[WORDS] + raw[gdes.WORD_DELTA])
+        for table in (generator.electra.embeddings.word_embeddings.weight,
+                      generator.generator_lm_head.weight):
+            np.testing.assert_array_equal(table.detach().numpy(), raw[WORDS])
 
 
 @pytest.mark.parametrize("overrides, phrase", [
