@@ -2,7 +2,8 @@
 objective, the discriminator's loss reaches only its residual table E_Δ and the generator's the
 shared table E_G, where plain sharing lets both reach E_G; a tiny DeBERTa ELECTRA run (gdes by
 default) whose readers (bertjax.load, `python -m bertjax.export --format hf`, fine-tuning's
-start) all see the word table E_G + E_Δ, and which resumes exactly; a BERT-layout ELECTRA with
+start) all see the word table E_G + E_Δ, which a GDES pretraining run starts from with the
+tables apart again, and which resumes exactly; a BERT-layout ELECTRA with
 gdes exporting its discriminator with E_G + E_Δ and its generator with E_G; the setting refused
 in one line before anything is written."""
 
@@ -179,6 +180,24 @@ def test_fine_tuning_starts_from_the_merged_table(gdes_run, capsys):
     raw = raw_params(gdes_run)
     np.testing.assert_array_equal(loaded[WORDS], raw[WORDS] + raw[gdes.WORD_DELTA])
     assert "loaded the encoder" in capsys.readouterr().err
+
+
+def test_a_pretraining_run_with_gdes_starts_from_the_tables_apart(gdes_run, tmp_path,
+                                                                 small_corpus_dir):
+    raw = raw_params(gdes_run)
+    view = loading.load(gdes_run).params
+    back = flat(gdes.training_params(view, {gdes.WORD_DELTA: None}))
+    assert back.keys() == raw.keys()
+    np.testing.assert_array_equal(back[WORDS], raw[WORDS])
+    np.testing.assert_allclose(back[gdes.WORD_DELTA], raw[gdes.WORD_DELTA], rtol=0, atol=1e-6)
+    assert gdes.training_params(view, {"encoder": None}) is view  # BERT's heads: the view
+    workdir = str(tmp_path / "warm")
+    result = run_child(gdes_args(workdir, small_corpus_dir, **{
+        "init_checkpoint": gdes_run, "train.steps": 1, "train.checkpoint_every": 1,
+        "optimizer.warmup_steps": 0}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded_line = [line for line in result.stderr.splitlines() if "parameters from" in line]
+    assert loaded_line and "initialized fresh" not in loaded_line[0], loaded_line
 
 
 def test_exact_resume_after_sigkill(gdes_run, tmp_path, small_corpus_dir):

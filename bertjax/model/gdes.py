@@ -8,7 +8,8 @@ token detection loss trains it. The rest of the embeddings (positions, segments,
 LayerNorm) stay shared as plain ELECTRA shares them.
 
 A checkpoint keeps E_G and E_Δ apart (what training resumes from); every reader of the
-discriminator takes `discriminator_view`, whose word table is E_G + E_Δ.
+discriminator takes `discriminator_view`, whose word table is E_G + E_Δ, and a pretraining run
+started from such a view (its init checkpoint) takes `training_params`, E_G and E_Δ apart again.
 """
 
 from __future__ import annotations
@@ -54,3 +55,18 @@ def discriminator_view(params: Mapping) -> Mapping:
     view["encoder"] = {**encoder, "embeddings": {**embeddings, "word_embeddings": merged}}
     view[GENERATOR_WORDS] = shared
     return view
+
+
+def training_params(view: Mapping, target: Mapping) -> Mapping:
+    """`discriminator_view`'s tree for a `target` model that shares by GDES too: `encoder`'s
+    word table E_G again and E_Δ the discriminator's table less E_G (to rounding). Any other
+    tree, or for another target (BERT's heads, plain ELECTRA: the discriminator's table), as it
+    is."""
+    if GENERATOR_WORDS not in view or WORD_DELTA not in target:
+        return view
+    encoder, embeddings = view["encoder"], view["encoder"]["embeddings"]
+    shared = np.asarray(view[GENERATOR_WORDS])
+    params = {name: tree for name, tree in view.items() if name != GENERATOR_WORDS}
+    params["encoder"] = {**encoder, "embeddings": {**embeddings, "word_embeddings": shared}}
+    params[WORD_DELTA] = np.asarray(embeddings["word_embeddings"]) - shared
+    return params
