@@ -30,7 +30,8 @@ def get_config() -> ml_collections.ConfigDict:
     # electra: replaced token detection (configs/electra.py); albert: MLM + sentence-order
     # prediction (configs/albert.py).
     config.objective = "bert"
-    # objective=electra only: the generator and the weight of its discriminator's loss.
+    # objective=electra only: the generator, the weight of its discriminator's loss and how the
+    # two share the word table.
     config.electra = section(ElectraSettings)
     # The model's shape and numerics: a preset (base), sizes, dtypes, dropout, the architecture.
     config.model = section(ModelSpec)

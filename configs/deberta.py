@@ -7,9 +7,10 @@ projected by each layer's own query and key), no segment embeddings, LayerNorm e
 a 128,000-token SentencePiece-sized vocabulary. The recipe here is DeBERTa's masked LM (MLM only,
 no NSP, full sentences at 512 tokens); DeBERTa-v3's replaced token detection is
 `--config.objective=electra` (a generator of base.py's electra section, sharing the word
-embeddings), and its enhanced mask decoder `--config.model.enhanced_mask_decoder=2` (off here:
-transformers' masked LM has none, so export gives the encoder alone as DebertaV2Model then).
-Export gives Hugging Face's DebertaV2ForMaskedLM (docs/using-a-model.md).
+embeddings by gradient-disentangled embedding sharing: electra.embedding_sharing=auto is gdes for
+a DeBERTa discriminator), and its enhanced mask decoder `--config.model.enhanced_mask_decoder=2`
+(off here: transformers' masked LM has none, so export gives the encoder alone as DebertaV2Model
+then). Export gives Hugging Face's DebertaV2ForMaskedLM (docs/using-a-model.md).
 
     python -m bertjax.main --config=configs/deberta.py --workdir=DIR \
         --config.data.input='corpus/*.txt'

@@ -162,9 +162,11 @@ def test_bad_electra_configs_exit_2_with_one_line(tmp_path, capsys, overrides, m
 
 
 @pytest.mark.slow
-def test_a_sharded_step_equals_the_one_device_step():
+@pytest.mark.parametrize("gdes", [False, True], ids=["plain", "gdes"])
+def test_a_sharded_step_equals_the_one_device_step(gdes):
     """(data, fsdp, tensor) = (2, 2, 2) against one device, dropout and sampling on: the
-    replacement, the one-hot scatter and the RTD sums shard like the rest of the step."""
+    replacement, the one-hot scatter and the RTD sums shard like the rest of the step (and
+    GDES's residual word table like the word table)."""
     from bertjax.parallel import partitioning
     from bertjax.parallel.mesh import make_mesh
     from bertjax.train.optimizer import OptimizerConfig, make_optimizer
@@ -173,7 +175,7 @@ def test_a_sharded_step_equals_the_one_device_step():
 
     disc = preset("tiny", vocab_size=64, max_position_embeddings=16, scan_layers=True)
     model = ElectraForPretraining(disc, disc.replace(hidden_size=32, num_heads=2,
-                                                     intermediate_size=64))
+                                                     intermediate_size=64), gdes)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(5, 64, (8, 12)).astype(np.int32),
              "segment_ids": np.zeros((8, 12), np.int32),
@@ -208,3 +210,4 @@ def test_a_sharded_step_equals_the_one_device_step():
             np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), p1, p8)
     assert m1[0]["rtd_replaced_weight"] > 0
+    assert ("word_embeddings_delta" in p8) == gdes

@@ -1,8 +1,10 @@
 """Our pretraining train step, built as the job builds it, on a synthetic batch of its schema.
 
-The step is the real one (`make_train_step` on `BertForPretraining`, the config's optimizer,
-mesh, dtype, scan and remat settings), compiled ahead of time; only the data is synthetic, so
-the figures measure the model and the step, not the input pipeline.
+The step is the real one (`make_train_step` on the objective's model and loss, BERT's heads or
+ELECTRA's generator and discriminator; the config's optimizer, mesh, dtype, scan and remat
+settings), compiled ahead of time; only the data is synthetic, so the figures measure the model
+and the step, not the input pipeline. The analytic FLOPs are the encoder's (an ELECTRA
+generator's are not counted).
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import numpy as np
 from bertjax.bench.flops import xla_flops
 from bertjax.data import schema
 from bertjax.data.tokenizer import CLS, MASK, SEP, SPECIAL_TOKENS
+from bertjax.jobs import pretraining_model
 from bertjax.core.errors import UserError
 from bertjax.model.config import EncoderConfig
 from bertjax.model.flops import StepFlops, train_step_flops
-from bertjax.model.heads import BertForPretraining
 from bertjax.parallel import partitioning
 from bertjax.train.compilation import abstract_batch, compile_step, memory_report
 from bertjax.train.optimizer import make_optimizer
@@ -82,9 +84,8 @@ class JaxStep:
                                                  workload.predictions, nsp=objective.nsp,
                                                  sbo=objective.sbo,
                                                  decoder_passes=s.model.enhanced_mask_decoder)
-        model = BertForPretraining(self.encoder, nsp=objective.nsp, sbo=objective.sbo,
-                                   max_span_length=s.masking.max_span_length,
-                                   enhanced_mask_decoder=s.model.enhanced_mask_decoder)
+        # The job's model and loss: BERT's heads, or ELECTRA's generator and discriminator.
+        model, step_objective = pretraining_model.build(s, self.encoder)
         optimizer = make_optimizer(s.optimizer)
         self.mesh = s.mesh.make()
         shards = partitioning.batch_shards(self.mesh)
@@ -98,7 +99,8 @@ class JaxStep:
         plan = StatePlan(model, optimizer, shapes, self.mesh, s.train.seed)
         abstract, shardings = plan.abstract, plan.shardings
         train_step = make_train_step(model, optimizer, self.mesh, shardings,
-                                     accumulation_steps=s.train.accumulation_steps)
+                                     accumulation_steps=s.train.accumulation_steps,
+                                     objective=step_objective)
         # Compiled from shapes, as the job does: a step that does not fit the device is refused
         # before its state is allocated.
         self.compiled = compile_step(

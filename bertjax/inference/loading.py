@@ -25,6 +25,7 @@ from bertjax.core import json_records, storage, transfer
 from bertjax.core.errors import UserError
 from bertjax.data.tokenizer import load_tokenizer
 from bertjax.interop import adapters_dir, hf_files, hf_models, params_dir
+from bertjax.model import gdes
 from bertjax.model.config import EncoderConfig
 
 ORBAX_COMMITTED = "commit_success.txt"  # what Orbax writes last into a step on a bucket
@@ -153,7 +154,8 @@ def _load(path: str, step: int | None, base: str | None) -> Loaded:
     loaded = _describe_workdir(_followed(path))
     loaded.step = _checkpoint_step(loaded.path, step)
     state = os.path.join(loaded.path, CHECKPOINTS, str(loaded.step), "state")
-    loaded.params = params_dir.read_tree(state, subtree="params")
+    # An ELECTRA run with GDES: its readers take the discriminator's word table merged.
+    loaded.params = gdes.discriminator_view(params_dir.read_tree(state, subtree="params"))
     return loaded
 
 

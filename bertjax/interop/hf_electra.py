@@ -6,6 +6,9 @@
                     electra.embeddings_project when its width differs from theirs,
                     generator_predictions.{dense, LayerNorm}, generator_lm_head (tied + bias)
 
+Under GDES (bertjax/model/gdes.py) the checkpoint is read through `gdes.discriminator_view`: the
+discriminator's word table is E_G + E_Δ and the generator's the shared E_G.
+
 The layers' names and layouts are BERT's (`hf_layout`); each model's config.json carries
 `embedding_size`, the discriminator's hidden size, which both embed with. The discriminator's
 pooler has no ELECTRA counterpart (nothing trained it) and is left out.
@@ -26,6 +29,7 @@ from flax.core import meta
 from bertjax.core.errors import UserError
 from bertjax.interop import hf_albert, hf_bert_config, hf_deberta, hf_layout, hf_modernbert
 from bertjax.interop.hf_models import HFModel
+from bertjax.model import gdes
 from bertjax.model.config import EncoderConfig
 
 GENERATOR_DIR = "generator"  # inside the export: OUT is the discriminator, OUT/generator this
@@ -97,7 +101,9 @@ def to_hf(params: Mapping, model: EncoderConfig, heads: Mapping) -> dict[str, HF
     discriminator.update(_linear(params["discriminator_head"]["prediction"],
                                  "discriminator_predictions.dense_prediction"))
 
-    embeddings = params["encoder"]["embeddings"]
+    embeddings = dict(params["encoder"]["embeddings"])
+    if gdes.GENERATOR_WORDS in params:  # GDES: the generator's table is the shared one, E_G
+        embeddings["word_embeddings"] = params[gdes.GENERATOR_WORDS]
     layers = {k: v for k, v in params["generator"].items() if k != "embeddings_project"}
     gen = _encoder_state({"embeddings": embeddings, **layers}, generator)
     if "embeddings_project" in params["generator"]:

@@ -14,6 +14,7 @@ from bertjax.core.errors import UserError
 from bertjax.inference import api, loading
 from bertjax.jobs import common, pretrain_fit, pretraining_model
 from bertjax.jobs.run_directory import RunDirectory
+from bertjax.model import gdes
 from bertjax.parallel import partitioning
 from bertjax.settings.pretrain import PretrainSettings
 from bertjax.parallel import distributed
@@ -93,7 +94,9 @@ class PretrainRun:
             return None
 
         def warm(params, param_shardings):
-            return warm_start.load_params(self.s.init_checkpoint, source.params, params,
+            # An ELECTRA checkpoint with GDES gives the generator's table and E_Δ back.
+            return warm_start.load_params(self.s.init_checkpoint,
+                                          gdes.training_params(source.params, params), params,
                                           param_shardings)
         return warm
 

@@ -36,7 +36,7 @@ def build(s: PretrainSettings, encoder: EncoderConfig
           ) -> tuple[nn.Module, objectives.StepObjective]:
     generator = generator_of(s, encoder)
     if generator is not None:
-        return (ElectraForPretraining(encoder, generator),
+        return (ElectraForPretraining(encoder, generator, s.objective.electra.gdes(encoder)),
                 electra_objective(s.objective.electra.discriminator_weight))
     return (BertForPretraining(encoder, nsp=s.objective.nsp, sbo=s.objective.sbo,
                                max_span_length=s.masking.max_span_length,
@@ -57,11 +57,18 @@ def step_flops(s: PretrainSettings, encoder: EncoderConfig, phase: Phase) -> flo
     return flops
 
 
+def embedding_sharing(s: PretrainSettings, encoder: EncoderConfig) -> str:
+    """"gdes" or "plain": how ELECTRA's discriminator shares the word table (settings/electra)."""
+    return "gdes" if s.objective.electra.gdes(encoder) else "plain"
+
+
 def compared_layout(s: PretrainSettings, encoder: EncoderConfig) -> dict:
-    """The generator's layout and, for DeBERTa, the decoder's passes, compared on resume beside
-    the discriminator's (recorded only for those)."""
+    """The generator's layout and the embedding sharing (GDES adds a parameter) and, for
+    DeBERTa, the decoder's passes, compared on resume beside the discriminator's (recorded only
+    for those)."""
     generator = generator_of(s, encoder)
-    compared = {} if generator is None else {"generator": layout_of(generator)}
+    compared = {} if generator is None else {"generator": layout_of(generator),
+                                             "embedding_sharing": embedding_sharing(s, encoder)}
     if encoder.position_embedding == "relative":  # 0 too: a decoder dropped on resume
         compared["enhanced_mask_decoder"] = s.model.enhanced_mask_decoder
     return compared
@@ -78,5 +85,6 @@ def heads_record(s: PretrainSettings, encoder: EncoderConfig) -> dict:
     generator = generator_of(s, encoder)
     if generator is not None:
         heads["electra"] = {"generator": generator.record(),
-                            "discriminator_weight": s.objective.electra.discriminator_weight}
+                            "discriminator_weight": s.objective.electra.discriminator_weight,
+                            "embedding_sharing": embedding_sharing(s, encoder)}
     return heads

@@ -12,6 +12,8 @@ LayerNorm to the embedding width, tied projection plus a bias) and `discriminato
 GELU + dense to one score). The generator has no embeddings of its own: it reads the
 discriminator's (word, position, segment and their LayerNorm), as the paper shares them, and
 projects their width to its hidden size as Hugging Face's `ElectraModel.embeddings_project` does.
+With `gdes` (DeBERTa-v3's gradient-disentangled sharing, bertjax/model/gdes.py) the discriminator
+looks its tokens up in stop_gradient(word table) + `word_embeddings_delta`, a parameter of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax.model import gdes as gdes_sharing
 from bertjax.model.config import EncoderConfig
 from bertjax.model.attention import context
 from bertjax.model.disentangled_attention import RelativeEmbeddings
@@ -108,6 +111,7 @@ class ElectraForPretraining(nn.Module):
 
     config: EncoderConfig     # the discriminator
     generator: EncoderConfig  # same vocabulary and positions, smaller sizes
+    gdes: bool = False        # the word table shared by GDES rather than plainly
 
     @nn.compact
     def __call__(self, batch: Mapping[str, Array], *, deterministic: bool = True) -> dict:
@@ -126,8 +130,9 @@ class ElectraForPretraining(nn.Module):
         corrupted, replaced = replace_masked(batch["input_ids"], batch["masked_positions"],
                                              batch["masked_weights"], batch["masked_ids"],
                                              sampled)
+        delta = gdes_sharing.word_delta(self, cfg) if self.gdes else None
         encoded = encoder(corrupted, batch["segment_ids"], batch["input_mask"],
-                          deterministic=deterministic)
+                          deterministic=deterministic, word_delta=delta)
         rtd_logits = DiscriminatorHead(cfg, name="discriminator_head")(encoded.sequence)
         return {"mlm_logits": mlm_logits, "rtd_logits": rtd_logits, "rtd_labels": replaced,
                 "sampled_ids": sampled}

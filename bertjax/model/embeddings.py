@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.core.errors import UserError
+from bertjax.model import gdes
 from bertjax.model.config import EncoderConfig
 from bertjax.model.primitives import dense, kernel_init, layer_norm, matmul
 
@@ -43,11 +44,13 @@ class Embeddings(nn.Module):
             self.projection = dense(cfg, cfg.hidden_size, (None, "embed"), "projection")
 
     def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool,
-                 prompt: Array | None = None, positions: Array | None = None) -> Array:
+                 prompt: Array | None = None, positions: Array | None = None,
+                 word_delta: Array | None = None) -> Array:
         """`prompt` [N, H]: soft-prompt vectors that take the word embeddings' place at positions
         1..N (slots the featurization reserved after [CLS]); position and segment embeddings are
         added to them as to any token. `positions` [B, L]: each token's position (packed
-        sequences restart at 0); 0..L-1 when not given."""
+        sequences restart at 0); 0..L-1 when not given. `word_delta`: an ELECTRA
+        discriminator's E_Δ under GDES (bertjax/model/gdes.py), looked up with the word table."""
         length = input_ids.shape[1]
         if length > self.config.max_sequence_length:
             raise UserError(f"sequence length {length} exceeds the "
@@ -56,7 +59,10 @@ class Embeddings(nn.Module):
         f32 = jnp.float32
         # Gather the fsdp-sharded hidden dimension before the lookups (as FSDP does for every
         # weight); a gather from a table sharded on its columns makes XLA rematerialize it whole.
-        words = nn.with_logical_constraint(self.word_embeddings, ("vocab", None))
+        words = self.word_embeddings
+        if word_delta is not None:
+            words = gdes.discriminator_words(words, word_delta)
+        words = nn.with_logical_constraint(words, ("vocab", None))
         word = jnp.take(words, input_ids, axis=0).astype(f32)
         if prompt is not None:
             n = prompt.shape[0]

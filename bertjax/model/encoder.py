@@ -246,13 +246,15 @@ class Encoder(nn.Module):
     def __call__(self, input_ids: Array, segment_ids: Array, input_mask: Array, *,
                  deterministic: bool = True, prompt: Array | None = None,
                  positions: Array | None = None, pack_ids: Array | None = None,
-                 pool_positions: Array | None = None) -> EncoderOutput:
+                 pool_positions: Array | None = None,
+                 word_delta: Array | None = None) -> EncoderOutput:
         """`prompt`: soft-prompt vectors for the embeddings (see Embeddings). Packed rows give
         `positions` [B, L] (restarting at each sequence), `pack_ids` [B, L] (a token attends
         only to tokens of its own sequence) and `pool_positions` [B, S] (each sequence's [CLS]:
-        `pooled` is then [B, S, H])."""
+        `pooled` is then [B, S, H]). `word_delta`: GDES's E_Δ (see Embeddings)."""
         cfg = self.config
-        x = self.embeddings(input_ids, segment_ids, deterministic, prompt, positions)
+        x = self.embeddings(input_ids, segment_ids, deterministic, prompt, positions,
+                            word_delta)
         ctx = context(cfg, input_mask, positions, pack_ids)
         if cfg.position_embedding == "relative":
             ctx = ctx.replace(relative=self.relative_embeddings())

@@ -1,13 +1,16 @@
-"""ELECTRA's settings (Clark et al., 2020): the generator's size relative to the discriminator and
-the weight of replaced token detection, refused by key name before anything is written."""
+"""ELECTRA's settings (Clark et al., 2020): the generator's size relative to the discriminator, the
+weight of replaced token detection and how the two share the word table, refused by key name
+before anything is written."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from bertjax.core.errors import UserError
+from bertjax.core.errors import UserError, check_choice
 from bertjax.model.config import EncoderConfig
 from bertjax.settings.config_keys import Section, fields_of
+
+EMBEDDING_SHARING = ("auto", "plain", "gdes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +28,17 @@ class ElectraSettings:
     generator_vocab_size: int = 0
     # lambda in loss = MLM(generator) + lambda * RTD(discriminator)
     discriminator_weight: float = 50.0
+    # How the discriminator shares the generator's word table: "plain" (ELECTRA's: both losses
+    # train it), "gdes" (DeBERTa-v3's gradient-disentangled sharing, bertjax/model/gdes.py: the
+    # generator's loss trains it, the discriminator's a residual table of its own) or "auto":
+    # gdes for a DeBERTa discriminator (model.position_embedding=relative), plain otherwise.
+    embedding_sharing: str = "auto"
+
+    def gdes(self, discriminator: EncoderConfig) -> bool:
+        """Whether this discriminator shares the word table by GDES (see embedding_sharing)."""
+        if self.embedding_sharing == "auto":
+            return discriminator.position_embedding == "relative"
+        return self.embedding_sharing == "gdes"
 
     def generator(self, discriminator: EncoderConfig) -> EncoderConfig:
         """The generator's encoder: the discriminator's numerics, vocabulary and positions (its
@@ -53,8 +67,15 @@ class ElectraSettings:
 def read(config: Section) -> ElectraSettings:
     """The config's `electra` section (configs/base.py declares it for every pretraining run)."""
     values = fields_of(ElectraSettings, config.electra, "electra")
+    sharing = check_choice("electra.embedding_sharing", values["embedding_sharing"],
+                           EMBEDDING_SHARING)
+    if sharing == "gdes" and config.objective != "electra":
+        raise UserError(f"electra.embedding_sharing=gdes shares a generator's embeddings with a "
+                        f"discriminator: it needs objective=electra, got {config.objective!r}")
     for key, value in values.items():
-        if key != "discriminator_weight" and int(value) < 0:
+        if key in ("discriminator_weight", "embedding_sharing"):
+            continue
+        if int(value) < 0:
             raise UserError(f"electra.{key} must not be negative, got {value}")
     if not float(values["discriminator_weight"]) > 0:
         raise UserError(f"electra.discriminator_weight (lambda) must be positive, got "
