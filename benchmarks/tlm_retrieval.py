@@ -2,19 +2,19 @@
 translations, multilingual MLM alone against MLM + TLM (XLM) at the same budget.
 
     python benchmarks/tlm_retrieval.py [--steps 400] [--size tiny] [--batch-size 32]
-        [--seq-len 128] [--learning-rate 1e-3] [--tlm-fraction 0.5] [--pairs 500]
-        [--workdir DIR]
+        [--seq-len 128] [--learning-rate 1e-3] [--tlm-fraction 0.5] [--vocab-size 8000]
+        [--pairs 500] [--workdir DIR]
 
 Data: the King James Bible (English) and the Reina-Valera 1909 (Spanish) from Debian's SWORD
-modules (bertjax.data.parallel_text; `apt-get download`), each Bible a monolingual corpus (a book
-a document), and their verses paired by reference. Both runs are the real job,
-`python -m bertjax.main --config=configs/xlm_tlm.py`, on one corpus prepared once (one
-SentencePiece vocabulary, alpha 0.5), with the same preset, steps, batch, sequence length,
-learning rate and seed; they differ only in data.tlm_fraction (0: MLM alone, without language
-ids). The TLM run trains on the verse pairs except the held-out 2% (every k-th pair); retrieval
-uses `--pairs` of those held-out pairs: each English verse's mean-pooled embedding (all layers
-averaged, normalized, `bertjax.load(...).embed`) against every Spanish one's, top-1 accuracy in
-both directions (chance: 1 / pairs). Embedding uses segment id 0, as `embed` does for any text.
+modules (bertjax.data.parallel_text; `apt-get download`), each Bible a monolingual corpus (a book a
+document), and their verses paired by reference. Both runs are the real job, `python -m
+bertjax.main --config=configs/xlm_tlm.py`, on one corpus prepared once (one SentencePiece
+vocabulary of --vocab-size, alpha 0.5), with the same preset, steps, batch, sequence length,
+learning rate and seed; they differ only in data.tlm_fraction (0: MLM alone, without language ids).
+The TLM run trains on the verse pairs except the held-out 2% (every k-th pair); retrieval uses
+`--pairs` of those held-out pairs: each English verse's mean-pooled embedding (all layers averaged,
+normalized, `bertjax.load(...).embed`) against every Spanish one's, top-1 accuracy in both
+directions (chance: 1 / pairs). Embedding uses segment id 0, as `embed` does for any text.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def train(args, name: str, tlm_fraction: float, texts: str, pairs: str) -> tuple
     workdir = os.path.join(args.workdir, name)
     overrides = {
         "data.languages": f"en={texts}/en.txt,es={texts}/es.txt",
-        "data.prepared": os.path.join(args.workdir, "corpus"), "data.vocab_size": 8000,
+        "data.prepared": os.path.join(args.workdir, "corpus"), "data.vocab_size": args.vocab_size,
         "data.eval_fraction": HELD_OUT, "data.tlm_fraction": tlm_fraction, "data.workers": 1,
         "model.preset": args.size, "model.hidden_dropout": 0.0, "model.attention_dropout": 0.0,
         "schedule.long_seq_len": args.seq_len,
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--tlm-fraction", type=float, default=0.5)
+    parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--pairs", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "tlm_retrieval"))
