@@ -267,3 +267,26 @@ def test_a_workdir_trained_with_gdes_refuses_plain_sharing(gdes_run, small_corpu
     after = raw_params(gdes_run)
     for key in before:
         np.testing.assert_array_equal(before[key], after[key], err_msg=key)
+
+
+def test_a_workdir_from_before_the_setting_is_told_how_to_resume(tmp_path, small_corpus_dir):
+    """A DeBERTa ELECTRA workdir trained with plain sharing whose record predates
+    electra.embedding_sharing (no such key): auto (gdes) is refused naming the setting that
+    resumes it, and that setting does."""
+    workdir = str(tmp_path / "wd")
+    result = run_child(gdes_args(workdir, small_corpus_dir, **{
+        "electra.embedding_sharing": "plain"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = os.path.join(workdir, "run.json")
+    with open(record) as f:
+        stored = json.load(f)
+    del stored["embedding_sharing"]
+    with open(record, "w") as f:
+        json.dump(stored, f)
+    run = cli_in_process.run("main", *gdes_args(workdir, small_corpus_dir, **{
+        "train.steps": 9})[1:])
+    assert_one_line_error(run.returncode, run.stderr, "electra.embedding_sharing=plain")
+    resumed = run_child(gdes_args(workdir, small_corpus_dir, **{
+        "electra.embedding_sharing": "plain", "train.steps": 9}))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert loading.checkpoint_steps(workdir)[-1] == 9

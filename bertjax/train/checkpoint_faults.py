@@ -28,6 +28,7 @@ import numpy as np
 
 from bertjax.core import library_logs, storage, storage_deadline
 from bertjax.core.errors import UserError
+from bertjax.model.gdes import WORD_DELTA
 
 COMMIT_MARKER = "commit_success.txt"  # what Orbax writes last into a step on a bucket
 UNREADABLE_SUFFIX = ".unreadable"
@@ -219,8 +220,12 @@ def check_compatible(saved_metadata: Any, abstract_state: Any, where: str) -> No
     if missing or extra:
         name = (missing or extra)[0]
         verb = "lacks" if missing else "has an extra"
+        # GDES adds the delta table: a DeBERTa ELECTRA run saved before electra.embedding_sharing
+        # resumes with the sharing it was trained with.
+        hint = ("; or, for a run made with plain sharing, set "
+                "--config.electra.embedding_sharing=plain" if WORD_DELTA in name.split("/") else "")
         raise UserError(f"the checkpoint in {where} {verb} parameter {name}: it was made with another "
-                        "model or objective; use a new workdir")
+                        f"model or objective; use a new workdir{hint}")
     for name, shape in wanted.items():
         if saved[name] != shape:
             raise UserError(f"the checkpoint in {where} has {name} of shape {saved[name]}, this "
