@@ -329,18 +329,25 @@ def test_an_electra_run_on_deberta_gives_the_generator_its_own_table(tmp_path, s
     out = str(tmp_path / "hf")  # the discriminator, as DeBERTa-v3 releases it
     run = cli_in_process.run("export", "--workdir", workdir, "--format", "hf", "--output", out)
     assert run.returncode == 0, run.stderr
+    assert_exported_encoder_matches(out, workdir, seed=4)
+
+
+def assert_exported_encoder_matches(out, workdir, seed) -> float:
+    """The export at `out` loads in DebertaV2Model with every weight and gives the hidden states
+    of the workdir's encoder (padded rows, within TOL); returns the largest difference."""
     hf, info = DebertaV2Model.from_pretrained(out, output_loading_info=True,
                                               attn_implementation="eager")
     assert not any(info.values()), info
     bundle = loading.load(workdir)
-    ids, mask, _ = padded_batch(seed=4, vocab=1000)
-    zeros = np.zeros_like(ids)
-    ours = Encoder(bundle.encoder).apply({"params": bundle.params["encoder"]}, ids, zeros,
-                                         mask).sequence
+    ids, mask, _ = padded_batch(seed=seed, vocab=1000)
+    ours = Encoder(bundle.encoder).apply({"params": bundle.params["encoder"]}, ids,
+                                         np.zeros_like(ids), mask).sequence
     with torch.no_grad():
         theirs = hf.eval()(input_ids=torch.tensor(ids, dtype=torch.long),
                            attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
-    np.testing.assert_allclose(at_tokens(np.asarray(ours), mask), at_tokens(theirs, mask), **TOL)
+    ours, theirs = at_tokens(np.asarray(ours), mask), at_tokens(theirs, mask)
+    np.testing.assert_allclose(ours, theirs, **TOL)
+    return float(np.abs(ours - theirs).max())
 
 
 def test_a_sharded_deberta_step_equals_the_one_device_step():

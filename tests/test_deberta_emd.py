@@ -15,14 +15,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from transformers import DebertaV2Config, DebertaV2ForMaskedLM, DebertaV2Model
+from transformers import DebertaV2Config, DebertaV2ForMaskedLM
 
 import bertjax
 from bertjax.cli import convert, export
 from bertjax.core.errors import UserError
 from bertjax.inference import loading
 from bertjax.model.config import preset
-from bertjax.model.encoder import Encoder
 from bertjax.model.enhanced_mask_decoder import EnhancedMaskDecoder
 from bertjax.model.flops import train_step_flops
 from bertjax.model.heads import BertForPretraining
@@ -33,8 +32,8 @@ from configs import finetune_sentiment
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import run_child
 from hf_reference import randomize
-from test_deberta import (SIZES, TOL, VARIANTS, at_tokens, deberta_args, padded_batch,
-                          unigram_tokenizer)
+from test_deberta import (SIZES, TOL, VARIANTS, assert_exported_encoder_matches, deberta_args,
+                          padded_batch, unigram_tokenizer)
 from test_pretrain import logged
 import test_sharded_steps as sharded
 from trees import flat
@@ -203,20 +202,8 @@ def test_a_run_with_the_decoder_exports_its_encoder_to_transformers(decoder_run,
     assert "enhanced mask decoder" in err and "DebertaV2Model" in err
     with open(os.path.join(out, "config.json")) as f:
         assert json.load(f)["architectures"] == ["DebertaV2Model"]
-    hf, info = DebertaV2Model.from_pretrained(out, output_loading_info=True,
-                                              attn_implementation="eager")
-    assert not any(info.values()), info
-    bundle = loading.load(decoder_run)
-    ids, mask, _ = padded_batch(seed=6, vocab=1000)
-    zeros = np.zeros_like(ids)
-    ours = Encoder(bundle.encoder).apply({"params": bundle.params["encoder"]}, ids, zeros,
-                                         mask).sequence
-    with torch.no_grad():
-        theirs = hf.eval()(input_ids=torch.tensor(ids, dtype=torch.long),
-                           attention_mask=torch.tensor(mask)).last_hidden_state.numpy()
-    print(f"max |ours - transformers| hidden states "
-          f"{np.abs(at_tokens(np.asarray(ours), mask) - at_tokens(theirs, mask)).max():.2e}")
-    np.testing.assert_allclose(at_tokens(np.asarray(ours), mask), at_tokens(theirs, mask), **TOL)
+    difference = assert_exported_encoder_matches(out, decoder_run, seed=6)
+    print(f"max |ours - transformers| hidden states {difference:.2e}")
 
 
 @pytest.mark.parametrize("config_file, settings, phrase", [
