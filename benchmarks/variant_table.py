@@ -152,9 +152,11 @@ def imported_starts(args) -> dict:
     return starts
 
 
-def _last_line(text: str) -> str:
+def _last_line(text: str, limit: int = 160) -> str:
+    """The refusal's own words: the last line, from `bertjax: error:` on, cut at LIMIT."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"
+    line = lines[-1].split("bertjax: error: ")[-1] if lines else "no message"
+    return line if len(line) <= limit else line[:limit] + "…"
 
 
 def finetune_all(args, starts: dict, prepared: str) -> dict:

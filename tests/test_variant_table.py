@@ -1,5 +1,5 @@
 """benchmarks/variant_table.py end to end at a minimal budget: two variants pretrained, a
-random-init Hugging Face BERT imported, random init, each fine-tuned on two tasks; the table's rows
+random-init Hugging Face BERT imported, random init, each fine-tuned on one task; the table's rows
 and columns, and its scores those of the fine-tuning runs' own results.json; a rerun runs nothing.
 Bad flags are refused in one line before anything is written."""
 
@@ -18,9 +18,9 @@ import random_hf_model  # noqa: E402
 
 SCRIPT = os.path.join(REPO, "benchmarks", "variant_table.py")
 MINIMAL = ["--variants", "bert,roberta", "--steps", "8", "--batch-size", "8", "--seq-len", "64",
-           "--eval-batches", "2", "--tasks", "sentiment,pos", "--max-train-examples", "32",
-           "--max-eval-examples", "32", "--epochs", "1"]
-METRICS = {"sentiment": "accuracy", "pos": "token_accuracy"}
+           "--eval-batches", "2", "--tasks", "sentiment", "--max-train-examples", "32",
+           "--max-eval-examples", "32", "--epochs", "1", "--jobs", "2"]
+METRICS = {"sentiment": "accuracy"}
 
 
 def _run(*flags):
@@ -52,8 +52,7 @@ def test_the_table_holds_every_start_and_task_scored_by_its_runs(tmp_path):
     done = _run(*MINIMAL, "--hf", f"random-tiny={hf}", "--workdir", workdir)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = _table_rows(done.stdout)
-    assert rows[0] == ["starting point", "pretraining", "held-out MLM", "sentiment (accuracy)",
-                       "pos (token_accuracy)"]
+    assert rows[0] == ["starting point", "pretraining", "held-out MLM", "sentiment (accuracy)"]
     labels = [row[0] for row in rows[2:]]
     assert labels == ["bert (configs/base.py)", "roberta (configs/roberta.py)", "random init",
                       "random-tiny (Hugging Face import)"]
