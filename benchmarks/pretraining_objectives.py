@@ -195,13 +195,14 @@ def cached(path: str, compute) -> dict:
     return result
 
 
-def prepare_corpus(workdir: str, corpus: str = "demo:wikipedia",
-                   vocab_size: int = VOCAB_SIZE) -> str:
-    output = os.path.join(workdir, "corpus")
+def prepare_corpus(workdir: str, corpus: str = "demo:wikipedia", vocab_size: int = VOCAB_SIZE,
+                   kind: str = "wordpiece", cased: bool = False, name: str = "corpus") -> str:
+    """WORKDIR/NAME: CORPUS prepared once with a KIND vocabulary trained on it."""
+    output = os.path.join(workdir, name)
     if not os.path.isfile(os.path.join(output, "manifest.json")):
         subprocess.run([sys.executable, "-m", "bertjax.data.prepare", "--input", corpus,
-                        "--output", output, "--train-vocab", "wordpiece", "--vocab-size",
-                        str(vocab_size), "--no-progress"],
+                        "--output", output, "--train-vocab", kind, "--vocab-size",
+                        str(vocab_size), "--no-progress"] + (["--cased"] if cased else []),
                        cwd=REPO, env={**os.environ, "PYTHONPATH": REPO}, check=True)
     return output
 
@@ -217,8 +218,9 @@ def last_eval(workdir: str) -> dict:
     return found
 
 
-def pretrain(args, name: str, prepared: str) -> dict:
-    objective = OBJECTIVES[name]
+def pretrain(args, name: str, prepared: str, objective: Objective | None = None) -> dict:
+    """The run of OBJECTIVES[name] (or OBJECTIVE under that name) on the shared budget."""
+    objective = objective or OBJECTIVES[name]
     overrides = pretrain_overrides(args, prepared, objective)
     run_key = key(name, objective.config, {k: v for k, v in overrides.items()
                                            if k != "data.prepared"})
