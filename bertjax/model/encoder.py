@@ -49,6 +49,8 @@ class EncoderOutput:
     # With Encoder(all_layers=True): [num_layers + 1, B, L, H], the embeddings' output first and
     # `sequence` last (Hugging Face's `hidden_states`, stacked); None otherwise.
     layers: Array | None = None
+    # With Encoder(keep_last_input=True): [B, L, H], the last layer's input; None otherwise.
+    last_input: Array | None = None
 
 
 class SelfAttention(nn.Module):
@@ -118,15 +120,21 @@ class TransformerLayer(nn.Module):
     layer's output. `index` is the layer's number: a Python int in a loop, traced under scan.
     `query_states` [B, P, H] (post-LN only; the enhanced mask decoder's, at
     ctx.query_positions): the attention's queries and the residual are those rows, its keys and
-    values x, and the output is [B, P, H]."""
+    values x, and the output is [B, P, H]. With `carry_input` x is the pair (hidden, any) and
+    the layer returns ((output, hidden), None): a scan's carry then ends holding the last layer's
+    input, one [B, L, H] array rather than every layer's output."""
 
     config: EncoderConfig
     emit: bool = False
+    carry_input: bool = False
 
     @nn.compact
     def __call__(self, x: Array, ctx: AttentionContext, index, deterministic: bool,
                  query_states: Array | None = None) -> tuple[Array, Array | None]:
         cfg = self.config
+        if self.carry_input:
+            x, _ = x
+            layer_input = x
         pre = cfg.norm == "pre"
         if pre and query_states is not None:
             raise ValueError("query_states take a post-LN layer (DeBERTa's)")
@@ -146,6 +154,8 @@ class TransformerLayer(nn.Module):
         output_norm = layer_norm(cfg, "output_norm")
         h = feed_forward(cfg, output_norm(x).astype(cfg.dtype) if pre else x)
         x = self._residual(x, h, "output", None if pre else output_norm, deterministic)
+        if self.carry_input:
+            return (x, layer_input), None
         return x, (x if self.emit else None)
 
     def _residual(self, x: Array, update: Array, name: str, norm: nn.Module | None,
@@ -184,12 +194,14 @@ def layer_class(config: EncoderConfig) -> type[nn.Module]:
     return cls
 
 
-def make_layers(config: EncoderConfig, emit: bool = False, named: bool = False) -> dict:
+def make_layers(config: EncoderConfig, emit: bool = False, named: bool = False,
+                carry_input: bool = False) -> dict:
     """The layers' modules by name: {"layers": scanned} or {"layer_0": .., "layer_{L-1}": ..},
     or {"shared_layer": one} (model.share_layers, looped or scanned over without stacking).
     `named` names them (a compact module's children); setup() names them by attribute."""
     cls = layer_class(config)
-    return {name: cls(config, emit=emit, **({"name": name} if named else {}))
+    return {name: cls(config, emit=emit, carry_input=carry_input,
+                      **({"name": name} if named else {}))
             for name in layer_names(config)}
 
 
@@ -225,16 +237,19 @@ class Encoder(nn.Module):
     `layer_0` .. `layer_{L-1}` (loop) or, with model.share_layers (ALBERT), `shared_layer`, then
     `final_norm` (pre-LN only), `relative_embeddings` (DeBERTa only) and `pooler`.
     `all_layers` changes no parameter, only what is returned (EncoderOutput.layers); training
-    leaves it off, so nothing extra is kept.
+    leaves it off, so nothing extra is kept. `keep_last_input` (the enhanced mask decoder's)
+    returns the last layer's input too (EncoderOutput.last_input), carried through the layers.
     """
 
     config: EncoderConfig
     all_layers: bool = False
+    keep_last_input: bool = False
 
     def setup(self):
         cfg = self.config
         self.embeddings = Embeddings(cfg)
-        for name, layer in make_layers(cfg, emit=self.all_layers).items():
+        for name, layer in make_layers(cfg, emit=self.all_layers,
+                                       carry_input=self.keep_last_input).items():
             setattr(self, name, layer)
         if cfg.norm == "pre":
             self.final_norm = layer_norm(cfg, "final_norm")
@@ -260,7 +275,9 @@ class Encoder(nn.Module):
             ctx = ctx.replace(relative=self.relative_embeddings())
         embedded = x
         layers = {name: getattr(self, name) for name in layer_names(cfg)}
-        x, stacked = run_layers(cfg, layers, x, ctx, deterministic, self.all_layers)
+        carried, stacked = run_layers(cfg, layers, (x, x) if self.keep_last_input else x, ctx,
+                                      deterministic, self.all_layers)
+        x, last_input = carried if self.keep_last_input else (carried, None)
         if cfg.norm == "pre":
             x = self.final_norm(x).astype(cfg.dtype)
             if self.all_layers:  # Hugging Face's last hidden state is after the final norm
@@ -268,7 +285,7 @@ class Encoder(nn.Module):
         first = x[:, 0] if pool_positions is None else gather_positions(x, pool_positions)
         pooled = jnp.tanh(self.pooler(first))
         layers = jnp.concatenate([embedded[None], stacked]) if self.all_layers else None
-        return EncoderOutput(sequence=x, pooled=pooled, layers=layers)
+        return EncoderOutput(sequence=x, pooled=pooled, layers=layers, last_input=last_input)
 
     def attend(self, x: Array) -> Array:
         """The output projection tied to the word embeddings: x [..., H] -> fp32 [..., V]."""

@@ -99,8 +99,8 @@ class BertForPretraining(nn.Module):
         cfg = self.config
         if self.sbo and self.max_span_length <= 0:
             raise ValueError(f"max_span_length must be positive, got {self.max_span_length}")
-        # The decoder reads the last layer's input: every layer's output is kept ([L+1, B, T, H]).
-        encoder = Encoder(cfg, all_layers=self.enhanced_mask_decoder > 0, name="encoder")
+        # The decoder reads the last layer's input, carried through the layers beside the output.
+        encoder = Encoder(cfg, keep_last_input=self.enhanced_mask_decoder > 0, name="encoder")
         encoded = encoder(batch["input_ids"], batch["segment_ids"], batch["input_mask"],
                           deterministic=deterministic, positions=batch.get("positions"),
                           pack_ids=batch.get("pack_ids"))
@@ -111,7 +111,7 @@ class BertForPretraining(nn.Module):
             positions = (masked if batch.get("positions") is None
                          else gather_positions(batch["positions"][..., None], masked)[..., 0])
             hidden = EnhancedMaskDecoder(cfg, self.enhanced_mask_decoder, name="emd")(
-                encoded.layers[-2], ctx, last_layer_params(cfg, encoder.variables["params"]),
+                encoded.last_input, ctx, last_layer_params(cfg, encoder.variables["params"]),
                 masked, positions, deterministic)
         else:
             hidden = gather_positions(encoded.sequence, masked)
