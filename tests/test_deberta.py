@@ -297,16 +297,22 @@ def test_deberta_checkpoints_bertjax_cannot_compute_are_refused(tmp_path, capsys
 
 def test_exact_resume_after_sigkill_across_the_length_switch(deberta_run, tmp_path,
                                                              small_corpus_dir):
-    resumed = str(tmp_path / "resumed")
-    args = deberta_args(resumed, small_corpus_dir)
+    assert_resumes_exactly(deberta_run, str(tmp_path / "resumed"),
+                           deberta_args(str(tmp_path / "resumed"), small_corpus_dir),
+                           "encoder/relative_embeddings/table")
+
+
+def assert_resumes_exactly(uninterrupted, resumed, args, parameter):
+    """`args` (writing to `resumed`) SIGKILLed after checkpoint 5 and run again logs and ends
+    with what the `uninterrupted` run did, bit for bit, `parameter` among the parameters."""
     result = run_child(args, KILL_AFTER_CHECKPOINT=5)
     assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
     result = run_child(args)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "resuming from step 5" in result.stderr
-    assert logged(resumed) == logged(deberta_run)
-    a, b = flat(loading.load(deberta_run).params), flat(loading.load(resumed).params)
-    assert a.keys() == b.keys() and "encoder/relative_embeddings/table" in a
+    assert logged(resumed) == logged(uninterrupted)
+    a, b = flat(loading.load(uninterrupted).params), flat(loading.load(resumed).params)
+    assert a.keys() == b.keys() and parameter in a
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
 

@@ -8,7 +8,6 @@ DebertaV2Model; settings the decoder cannot honour are refused before the workdi
 import json
 import os
 import shutil
-import signal
 
 import jax
 import jax.numpy as jnp
@@ -32,8 +31,8 @@ from configs import finetune_sentiment
 from cli_checks import assert_one_line_error, run_cli
 from pretrain_runs import run_child
 from hf_reference import randomize
-from test_deberta import (SIZES, TOL, VARIANTS, assert_exported_encoder_matches, deberta_args,
-                          padded_batch, unigram_tokenizer)
+from test_deberta import (SIZES, TOL, VARIANTS, assert_exported_encoder_matches,
+                          assert_resumes_exactly, deberta_args, padded_batch, unigram_tokenizer)
 from test_pretrain import logged
 import test_sharded_steps as sharded
 from trees import flat
@@ -169,17 +168,8 @@ def test_a_run_with_the_decoder_trains_it_beside_the_heads(decoder_run):
 def test_a_run_with_the_decoder_resumes_exactly_after_sigkill(decoder_run, tmp_path,
                                                               small_corpus_dir):
     resumed = str(tmp_path / "resumed")
-    args = deberta_args(resumed, small_corpus_dir, **DECODER)
-    result = run_child(args, KILL_AFTER_CHECKPOINT=5)
-    assert result.returncode == -signal.SIGKILL, result.stderr[-2000:]
-    result = run_child(args)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "resuming from step 5" in result.stderr
-    assert logged(resumed) == logged(decoder_run)
-    a, b = flat(loading.load(decoder_run).params), flat(loading.load(resumed).params)
-    assert a.keys() == b.keys() and "emd/positions" in a
-    for name in a:
-        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert_resumes_exactly(decoder_run, resumed,
+                           deberta_args(resumed, small_corpus_dir, **DECODER), "emd/positions")
 
 
 def test_the_decoder_is_not_dropped_on_resume(decoder_run, small_corpus_dir, tmp_path):
